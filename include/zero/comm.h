@@ -1,0 +1,105 @@
+// The Communicator: the one narrow interface through which zero moves data between ranks.
+//
+// Every collective works on flat, contiguous buffers (at::Tensor handles, any shape; only
+// numel, dtype and data pointer matter). Backends: MPI for CPU tensors (this header's
+// make_mpi_communicator); an NCCL backend for CUDA tensors can implement the same interface.
+// This header deliberately includes no MPI, NCCL or CUDA header.
+//
+// Note [Deterministic ring reduction]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Reductions (reduce_scatter, all_reduce) split the buffer into per-rank chunks; chunk c is
+// the one rank c receives. Every element of chunk c is summed in the fixed rank order
+//     ((x[c+1] + x[c+2]) + ...) + x[c]        (indices mod world size),
+// whatever the chunk sizes, the number of calls the buffer was split into, or the internal
+// segmentation. The result therefore depends only on which rank owns an element. The engine
+// relies on this: stage 0 (all-reduce of buckets), stage 1 (one reduce-scatter at the
+// boundary) and stage 2 (reduce-scatter per bucket during backward) produce bitwise identical
+// gradients when they use the same ownership. all_reduce results are bitwise identical on all
+// ranks (reduce-scatter followed by all-gather of the owner's result).
+//
+// Note [Counting communicated bytes]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Each collective adds to stats() the bytes that this rank moves over the wire under a ring
+// schedule, which is also the volume the ZeRO paper counts:
+//   reduce_scatter:  bytes of the chunks owned by other ranks   ((N-1)/N of the input when even)
+//   all_gather:      bytes of the chunks owned by other ranks   ((N-1)/N of the output when even)
+//   all_reduce:      the sum of the two above                   (2(N-1)/N of the buffer)
+//   broadcast:       the buffer's bytes on every rank except the root (what each receives)
+// With one rank nothing moves and nothing is counted (calls still are).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zero {
+
+enum class ReduceOp { kSum, kMax };
+
+/// Calls and bytes of one kind of collective. See Note [Counting communicated bytes].
+struct CollectiveCount {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
+struct CommStats {
+  CollectiveCount all_reduce;
+  CollectiveCount reduce_scatter;
+  CollectiveCount all_gather;
+  CollectiveCount broadcast;
+  int64_t total_bytes() const {
+    return all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + broadcast.bytes;
+  }
+};
+
+/// Collectives over the ranks of one group. All ranks must call the same collectives in the
+/// same order with matching sizes and dtypes. Reductions accept fp32, fp64, bf16 and fp16
+/// (16-bit sums are computed in fp32 and rounded to the 16-bit type after each addition, as
+/// NCCL does); all_gather and broadcast also accept uint8 and integer types.
+/// Failures throw zero::Error naming the op, the rank, the element counts and the dtype.
+/// An instance may be used from one thread at a time (the engine's communication thread
+/// or the main thread, never both concurrently).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi", "nccl", ... for messages and reports.
+  virtual std::string backend_name() const = 0;
+
+  /// In place over all of `buffer`. Result bitwise identical on every rank.
+  virtual void all_reduce(const at::Tensor& buffer, ReduceOp op) = 0;
+
+  /// `input` holds sum(counts) elements laid out as chunk 0 | chunk 1 | ... | chunk N-1 with
+  /// chunk r of counts[r] elements; `output` receives the reduced chunk rank() and must hold
+  /// counts[rank()] elements of the same dtype. An empty `counts` means N equal chunks of
+  /// output.numel(). `input` is used as scratch: its contents are unspecified afterwards.
+  /// `output` may alias input's own chunk (in place). Order: Note [Deterministic ring reduction].
+  virtual void reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                              const std::vector<int64_t>& counts = {}) = 0;
+
+  /// Gathers chunk r = every rank's `input` (counts[r] elements) into `output`
+  /// (sum(counts) elements, chunk 0 first). Empty `counts` means equal chunks of
+  /// input.numel(). `input` may alias output's own chunk (in place).
+  virtual void all_gather(const at::Tensor& input, const at::Tensor& output,
+                          const std::vector<int64_t>& counts = {}) = 0;
+
+  /// Copies `root`'s buffer into every rank's buffer.
+  virtual void broadcast(const at::Tensor& buffer, int root) = 0;
+
+  virtual void barrier() = 0;
+
+  /// Counted since construction or the last reset_stats(). Note [Counting communicated bytes].
+  virtual CommStats stats() const = 0;
+  virtual void reset_stats() = 0;
+};
+
+/// The MPI backend for CPU tensors. Initializes MPI (MPI_THREAD_MULTIPLE) on first use if the
+/// program has not, and finalizes it at exit in that case. Uses MPI_COMM_WORLD.
+std::shared_ptr<Communicator> make_mpi_communicator();
+
+}  // namespace zero

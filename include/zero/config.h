@@ -1,0 +1,93 @@
+// The training configuration: DeepSpeed's JSON schema, validated strictly.
+//
+// parse_config() accepts the same JSON a DeepSpeed user already has. Every key is either
+// implemented with DeepSpeed's meaning or rejected; unknown keys are rejected with the closest
+// known key suggested. Errors throw zero::Error naming the key path (e.g.
+// "zero_optimization.stage"), the value received and what is allowed.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+namespace zero {
+
+enum class OptimizerType {
+  kAdamW,  // decoupled weight decay (DeepSpeed "AdamW", or "Adam" with adam_w_mode true)
+  kAdam,   // L2 weight decay added to the gradient ("Adam" with adam_w_mode false)
+  kSGD,    // SGD with optional momentum / nesterov, torch semantics
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  // SGD only
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+};
+
+/// fp16 loss scaling, DeepSpeed semantics (runtime/fp16/loss_scaler.py). We use the documented
+/// defaults whether or not the dynamic keys are present (DeepSpeed's code switches to 2^32 /
+/// hysteresis 1 when none is given; see docs/config.md).
+struct LossScaleConfig {
+  bool dynamic = true;          // fp16.loss_scale == 0
+  double static_scale = 1.0;    // fp16.loss_scale when > 0
+  int initial_scale_power = 16; // initial dynamic scale = 2^power
+  int64_t scale_window = 1000;  // fp16.loss_scale_window
+  int hysteresis = 2;           // fp16.hysteresis (delayed shift)
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+
+struct ZeroOptimizationConfig {
+  int stage = 0;                            // 0, 1 or 2 (3: not supported yet)
+  int64_t reduce_bucket_size = 500000000;   // elements per gradient bucket
+  int64_t allgather_bucket_size = 500000000;// elements per parameter all-gather call
+  bool overlap_comm = false;                // communication thread during backward
+  bool contiguous_gradients = true;         // stage 2: copy grads into bucket buffers
+  bool reduce_scatter = true;               // false: all-reduce buckets, keep the owned part
+  bool allgather_partitions = true;         // false (broadcasts) is rejected: not supported yet
+};
+
+struct Config {
+  // The batch triple, solved against the world size (DeepSpeed's rules and errors).
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 0;
+  int world_size = 1;
+
+  double gradient_clipping = 0.0;  // 0 disables clipping
+  OptimizerConfig optimizer;
+
+  /// dtype of the model's trainable parameters and gradients:
+  /// kFloat (default), kBFloat16 (bf16.enabled) or kHalf (fp16.enabled).
+  c10::ScalarType param_dtype = c10::ScalarType::Float;
+  LossScaleConfig loss_scale;  // used only when param_dtype is kHalf
+  /// dtype gradients are reduced in (communication_data_type); defaults to param_dtype.
+  c10::ScalarType communication_dtype = c10::ScalarType::Float;
+
+  ZeroOptimizationConfig zero_optimization;
+
+  /// The effective configuration as canonical JSON (every key, defaults filled in, sorted).
+  /// Ranks compare its fingerprint at start-up.
+  std::string effective_json;
+  /// Where the config came from, for messages ("ds_config.json", "<string>").
+  std::string source = "<string>";
+};
+
+/// Parses and validates DeepSpeed JSON text. `world_size` is the data-parallel world size the
+/// batch triple is solved against. `source` names the text in error messages.
+Config parse_config(const std::string& json_text, int world_size,
+                    const std::string& source = "<string>");
+
+/// Reads and parses a JSON file; a missing or unreadable file throws zero::Error naming it.
+Config load_config(const std::string& path, int world_size);
+
+}  // namespace zero

@@ -1,0 +1,87 @@
+// The ZeRO engine: data-parallel training of a libtorch module with partitioned optimizer
+// state (stage 1) and gradients (stage 2).
+//
+//   auto comm   = zero::make_mpi_communicator();
+//   auto config = zero::load_config("ds_config.json", comm->size());
+//   auto engine = zero::initialize(model.ptr(), config, comm);
+//   for (...) {
+//     auto loss = compute_loss(model, micro_batch);
+//     engine->backward(loss);   // scales by loss scale / gradient_accumulation_steps
+//     engine->step();           // updates at the accumulation boundary, zeroes gradients
+//   }
+//
+// initialize() takes over the module's trainable parameters: they are converted to the
+// configured dtype, moved into one flat buffer (each parameter's data becomes a view into it)
+// and broadcast from rank 0. Do not call the module's own optimizer or zero_grad afterwards.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "zero/comm.h"
+#include "zero/config.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace zero {
+
+/// Model-state bytes held by this rank, by category (the ZeRO paper's accounting).
+struct ModelStateBytes {
+  int64_t params = 0;           // the model's trainable parameters (param dtype, full size)
+  int64_t grads = 0;            // gradients: full buffer (stages 0, 1) or owned shard (stage 2)
+  int64_t master_params = 0;    // fp32 master weights (0 when params are fp32 and can serve)
+  int64_t optimizer_state = 0;  // Adam m and v / SGD momentum, fp32
+  int64_t total() const { return params + grads + master_params + optimizer_state; }
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  /// Backward of `loss` (a scalar) scaled by loss_scale() / gradient_accumulation_steps.
+  /// Buckets of ready gradients are communicated during it (stage 2 on every micro-step;
+  /// stages 0 and 1 on the boundary micro-step).
+  virtual void backward(const at::Tensor& loss) = 0;
+
+  /// Counts a micro-step. On the accumulation boundary: unscales, checks fp16 overflow on
+  /// every rank, clips, updates the owned parameters and all-gathers them; then zeroes the
+  /// gradients. Between boundaries it does nothing else.
+  virtual void step() = 0;
+
+  /// True while the current micro-step is the last one of its accumulation window.
+  virtual bool is_gradient_accumulation_boundary() const = 0;
+
+  virtual double loss_scale() const = 0;
+  /// Global L2 norm of the (unscaled, unclipped) gradients at the last boundary; -1 before.
+  virtual double global_grad_norm() const = 0;
+  /// Optimizer steps taken (boundaries that were not skipped).
+  virtual int64_t global_steps() const = 0;
+  /// Boundaries skipped because of an fp16 overflow on some rank.
+  virtual int64_t skipped_steps() const = 0;
+  virtual int64_t micro_steps() const = 0;
+
+  virtual double learning_rate() const = 0;
+  virtual void set_learning_rate(double lr) = 0;
+
+  virtual ModelStateBytes model_state_bytes() const = 0;
+  /// Bytes communicated by this rank since initialize(), by collective.
+  virtual CommStats communication() const = 0;
+
+  virtual const Config& config() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// Total trainable parameter elements (shared parameters counted once), without padding.
+  virtual int64_t num_parameters() const = 0;
+};
+
+/// Builds the engine. Collective: every rank must call it with the same model structure and
+/// config; a mismatch fails on every rank naming the rank and the first difference.
+std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
+                                   std::shared_ptr<Communicator> communicator);
+
+}  // namespace zero

@@ -1,0 +1,58 @@
+// zero::Error and the two checking macros every part of the library uses.
+//
+// ZERO_CHECK(cond, ...)       user errors: bad config, bad inputs, mismatched ranks.
+//                             Throws zero::Error whose message is the streamed arguments.
+//                             Messages name the key or file, the value received and what
+//                             is allowed.
+// ZERO_INTERNAL_ASSERT(cond, msg...)  invariants of the library itself; a failure is a bug in
+//                             zero, never in the caller. Throws zero::InternalError with
+//                             file:line so it can be reported.
+// Both take a message (at least one argument). Neither macro is compiled out: both guard against silent corruption of training state.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace zero {
+
+/// A user-facing error: configuration, inputs, or ranks that disagree.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+/// A broken internal invariant (a bug in zero). Derives from Error so callers that catch
+/// zero::Error at a process boundary still report it cleanly.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& message) : Error(message) {}
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+[[noreturn]] void throw_internal(const char* file, int line, const char* condition,
+                                 const std::string& message);
+}  // namespace detail
+
+}  // namespace zero
+
+#define ZERO_CHECK(cond, ...)                                   \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      throw ::zero::Error(::zero::detail::concat(__VA_ARGS__)); \
+    }                                                           \
+  } while (false)
+
+#define ZERO_INTERNAL_ASSERT(cond, ...)                                                      \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      ::zero::detail::throw_internal(__FILE__, __LINE__, #cond,                              \
+                                     ::zero::detail::concat(__VA_ARGS__));                   \
+    }                                                                                        \
+  } while (false)

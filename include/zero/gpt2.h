@@ -1,0 +1,124 @@
+// GPT-2 in libtorch with Hugging Face's parameter names and shapes, so weights map one to one
+// onto a `transformers` GPT2LMHeadModel state dict:
+//   transformer.wte.weight [vocab, n_embd]     transformer.wpe.weight [n_positions, n_embd]
+//   transformer.h.{i}.ln_1.{weight,bias}       transformer.h.{i}.attn.c_attn.{weight [n_embd, 3 n_embd], bias}
+//   transformer.h.{i}.attn.c_proj.{weight [n_embd, n_embd], bias}
+//   transformer.h.{i}.ln_2.{weight,bias}       transformer.h.{i}.mlp.c_fc.{weight [n_embd, 4 n_embd], bias}
+//   transformer.h.{i}.mlp.c_proj.{weight [4 n_embd, n_embd], bias}
+//   transformer.ln_f.{weight,bias}
+// lm_head.weight is tied to transformer.wte.weight: it is not a separate parameter (the
+// logits are computed with wte's weight), exactly as HF ties them.
+// HF's Conv1D stores weights as [in, out] (the transpose of nn::Linear); we keep that layout.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zero::gpt2 {
+
+struct GPT2Config {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;  // context length
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  double dropout = 0.0;  // HF's resid/embd/attn pdrop (one value); 0 keeps training deterministic
+  double layer_norm_epsilon = 1e-5;
+  double initializer_range = 0.02;
+
+  /// Named sizes: "gpt2-tiny" (4 layers, 128 wide), "gpt2-mini" (6 x 384, ~30M),
+  /// "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M).
+  /// Unknown names throw zero::Error listing the known ones.
+  static GPT2Config preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+};
+
+/// HF's Conv1D: y = x @ weight + bias with weight [in, out].
+class Conv1DImpl : public torch::nn::Module {
+ public:
+  Conv1DImpl(int64_t in_features, int64_t out_features);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+  at::Tensor bias;
+};
+TORCH_MODULE(Conv1D);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const GPT2Config& config);
+  at::Tensor forward(const at::Tensor& x);  // causal self-attention, x [B, T, C]
+  Conv1D c_attn{nullptr};
+  Conv1D c_proj{nullptr};
+
+ private:
+  int64_t n_head_;
+  double dropout_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const GPT2Config& config);
+  at::Tensor forward(const at::Tensor& x);  // c_proj(gelu_tanh(c_fc(x)))
+  Conv1D c_fc{nullptr};
+  Conv1D c_proj{nullptr};
+
+ private:
+  double dropout_;
+};
+TORCH_MODULE(MLP);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GPT2Config& config);
+  at::Tensor forward(const at::Tensor& x);  // x + attn(ln_1(x)), then + mlp(ln_2(.))
+  torch::nn::LayerNorm ln_1{nullptr};
+  Attention attn{nullptr};
+  torch::nn::LayerNorm ln_2{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+/// The transformer body (HF's GPT2Model).
+class GPT2ModelImpl : public torch::nn::Module {
+ public:
+  explicit GPT2ModelImpl(const GPT2Config& config);
+  at::Tensor forward(const at::Tensor& idx);  // idx [B, T] int64 -> hidden [B, T, C]
+  torch::nn::Embedding wte{nullptr};
+  torch::nn::Embedding wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  GPT2Config config_;
+};
+TORCH_MODULE(GPT2Model);
+
+/// GPT-2 with its language-model head (HF's GPT2LMHeadModel), GPT-2 initialisation:
+/// weights N(0, 0.02), c_proj weights N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1/0.
+class GPT2Impl : public torch::nn::Module {
+ public:
+  explicit GPT2Impl(const GPT2Config& config);
+  /// idx [B, T] int64 token ids (T <= n_positions, ids < vocab_size) -> logits [B, T, vocab].
+  at::Tensor forward(const at::Tensor& idx);
+  /// Mean cross-entropy of next-token prediction; targets [B, T] int64.
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
+  const GPT2Config& config() const { return config_; }
+  /// Trainable elements, the tied lm_head counted once (as HF's num_parameters()).
+  int64_t num_parameters() const;
+
+  GPT2Model transformer{nullptr};
+
+ private:
+  GPT2Config config_;
+};
+TORCH_MODULE(GPT2);
+
+}  // namespace zero::gpt2

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what zero needs and is missing, then configures the build directory. Idempotent:
+# a second run installs nothing and only re-runs cmake's configure step if needed.
+#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, GoogleTest.
+#   PyPI: torch (pinned below), whose wheel carries libtorch and its CMake config.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TORCH_VERSION="${ZERO_TORCH_VERSION:-2.15.0}"
+BUILD_DIR="${ZERO_BUILD_DIR:-build}"
+PYTHON="${PYTHON:-python3}"
+
+apt_packages=(g++ cmake ninja-build libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
+              libgtest-dev)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+have_torch="$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)"
+if [ "${have_torch%%+*}" != "$TORCH_VERSION" ]; then
+  echo "setup: installing torch==$TORCH_VERSION from PyPI (found: ${have_torch:-none})"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
+
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+    >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
+fi

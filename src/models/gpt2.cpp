@@ -1,0 +1,283 @@
+// GPT-2 (Hugging Face GPT2LMHeadModel layout) in libtorch. See include/zero/gpt2.h.
+#include "zero/gpt2.h"
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "zero/error.h"
+
+namespace zero::gpt2 {
+
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t n_layer;
+  int64_t n_head;
+  int64_t n_embd;
+  int64_t n_positions;
+};
+
+// Ordered smallest first; the CPU-sized ones use a shorter context to keep activations small.
+constexpr Preset kPresets[] = {
+    {"gpt2-tiny", 4, 4, 128, 256},      {"gpt2-mini", 6, 6, 384, 256},
+    {"gpt2", 12, 12, 768, 1024},        {"gpt2-medium", 24, 16, 1024, 1024},
+    {"gpt2-large", 36, 20, 1280, 1024}, {"gpt2-xl", 48, 25, 1600, 1024},
+};
+
+std::string join_preset_names() {
+  std::ostringstream out;
+  bool first = true;
+  for (const auto& p : kPresets) {
+    out << (first ? "" : ", ") << '"' << p.name << '"';
+    first = false;
+  }
+  return out.str();
+}
+
+void validate(const GPT2Config& c) {
+  ZERO_CHECK(c.vocab_size > 0, "GPT2Config.vocab_size must be positive, got ", c.vocab_size);
+  ZERO_CHECK(c.n_positions > 0, "GPT2Config.n_positions must be positive, got ", c.n_positions);
+  ZERO_CHECK(c.n_embd > 0, "GPT2Config.n_embd must be positive, got ", c.n_embd);
+  ZERO_CHECK(c.n_layer > 0, "GPT2Config.n_layer must be positive, got ", c.n_layer);
+  ZERO_CHECK(c.n_head > 0, "GPT2Config.n_head must be positive, got ", c.n_head);
+  ZERO_CHECK(c.n_embd % c.n_head == 0, "GPT2Config.n_embd (", c.n_embd,
+             ") must be divisible by n_head (", c.n_head, ")");
+  ZERO_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "GPT2Config.dropout must be in [0, 1), got ",
+             c.dropout);
+  ZERO_CHECK(c.layer_norm_epsilon > 0.0, "GPT2Config.layer_norm_epsilon must be positive, got ",
+             c.layer_norm_epsilon);
+  ZERO_CHECK(c.initializer_range > 0.0, "GPT2Config.initializer_range must be positive, got ",
+             c.initializer_range);
+}
+
+at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
+  if (!training || p <= 0.0) return x;
+  return at::dropout(x, p, /*train=*/true);
+}
+
+torch::nn::LayerNorm make_layer_norm(const GPT2Config& c) {
+  return torch::nn::LayerNorm(
+      torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_epsilon).elementwise_affine(true));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// GPT2Config
+
+GPT2Config GPT2Config::preset(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) {
+      GPT2Config c;
+      c.vocab_size = 50257;
+      c.n_layer = p.n_layer;
+      c.n_head = p.n_head;
+      c.n_embd = p.n_embd;
+      c.n_positions = p.n_positions;
+      return c;
+    }
+  }
+  throw Error(detail::concat("unknown GPT-2 preset \"", name,
+                             "\"; known presets: ", join_preset_names()));
+}
+
+std::vector<std::string> GPT2Config::preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conv1D
+
+Conv1DImpl::Conv1DImpl(int64_t in_features, int64_t out_features) {
+  ZERO_CHECK(in_features > 0 && out_features > 0, "Conv1D sizes must be positive, got in=",
+             in_features, " out=", out_features);
+  // Values are set by GPT2Impl's initialisation; zeros keep construction cheap and RNG-free.
+  weight = register_parameter("weight", at::zeros({in_features, out_features}));
+  bias = register_parameter("bias", at::zeros({out_features}));
+}
+
+at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
+  const int64_t in = weight.size(0);
+  const int64_t out = weight.size(1);
+  auto out_shape = x.sizes().vec();
+  out_shape.back() = out;
+  return at::addmm(bias, x.reshape({-1, in}), weight).view(out_shape);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+AttentionImpl::AttentionImpl(const GPT2Config& config)
+    : n_head_(config.n_head), dropout_(config.dropout) {
+  c_attn = register_module("c_attn", Conv1D(config.n_embd, 3 * config.n_embd));
+  c_proj = register_module("c_proj", Conv1D(config.n_embd, config.n_embd));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0);
+  const int64_t T = x.size(1);
+  const int64_t C = x.size(2);
+  const int64_t hd = C / n_head_;
+  const auto qkv = c_attn->forward(x).split(C, /*dim=*/2);
+  // [B, T, C] -> [B, nh, T, hd]
+  const auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);
+  const auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
+  const auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
+  const double p = is_training() ? dropout_ : 0.0;
+#if TORCH_VERSION_MAJOR >= 2
+  at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p,
+                                                  /*is_causal=*/true);
+#else
+  auto att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  const auto mask =
+      at::ones({T, T}, x.options().dtype(at::kBool)).triu(/*diagonal=*/1);  // future positions
+  att = att.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  att = at::softmax(att, /*dim=*/-1);
+  att = maybe_dropout(att, p, p > 0.0);
+  at::Tensor y = at::matmul(att, v);
+#endif
+  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  return maybe_dropout(c_proj->forward(y), dropout_, is_training());
+}
+
+// ---------------------------------------------------------------------------------------------
+// MLP
+
+MLPImpl::MLPImpl(const GPT2Config& config) : dropout_(config.dropout) {
+  c_fc = register_module("c_fc", Conv1D(config.n_embd, 4 * config.n_embd));
+  c_proj = register_module("c_proj", Conv1D(4 * config.n_embd, config.n_embd));
+}
+
+at::Tensor MLPImpl::forward(const at::Tensor& x) {
+  auto h = at::gelu(c_fc->forward(x), "tanh");  // HF "gelu_new"
+  return maybe_dropout(c_proj->forward(h), dropout_, is_training());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block
+
+BlockImpl::BlockImpl(const GPT2Config& config) {
+  ln_1 = register_module("ln_1", make_layer_norm(config));
+  attn = register_module("attn", Attention(config));
+  ln_2 = register_module("ln_2", make_layer_norm(config));
+  mlp = register_module("mlp", MLP(config));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x) {
+  auto h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPT2Model
+
+GPT2ModelImpl::GPT2ModelImpl(const GPT2Config& config) : config_(config) {
+  validate(config_);
+  wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
+  ln_f = register_module("ln_f", make_layer_norm(config));
+}
+
+at::Tensor GPT2ModelImpl::forward(const at::Tensor& idx) {
+  ZERO_CHECK(idx.defined(), "GPT-2 input ids are undefined");
+  ZERO_CHECK(idx.scalar_type() == at::kLong, "GPT-2 input ids must be int64, got ",
+             idx.scalar_type());
+  ZERO_CHECK(idx.dim() == 2, "GPT-2 input ids must be 2-D [batch, seq], got ", idx.dim(),
+             "-D with shape ", idx.sizes());
+  const int64_t T = idx.size(1);
+  ZERO_CHECK(idx.size(0) > 0 && T > 0, "GPT-2 input ids must be non-empty, got shape ",
+             idx.sizes());
+  ZERO_CHECK(T <= config_.n_positions, "GPT-2 sequence length ", T,
+             " exceeds n_positions (context length) ", config_.n_positions);
+  const auto [lo_t, hi_t] = at::aminmax(idx);
+  const int64_t lo = lo_t.item<int64_t>();
+  const int64_t hi = hi_t.item<int64_t>();
+  ZERO_CHECK(lo >= 0, "GPT-2 token id ", lo, " is negative; ids must be in [0, vocab_size ",
+             config_.vocab_size, ")");
+  ZERO_CHECK(hi < config_.vocab_size, "GPT-2 token id ", hi, " is out of range; ids must be in [0, vocab_size ",
+             config_.vocab_size, ")");
+
+  const auto pos = at::arange(T, idx.options());
+  auto x = wte->forward(idx) + wpe->forward(pos);  // [B, T, C] + [T, C]
+  x = maybe_dropout(x, config_.dropout, is_training());
+  for (const auto& block : *h) x = block->as<BlockImpl>()->forward(x);
+  return ln_f->forward(x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPT2 (LM head model)
+
+GPT2Impl::GPT2Impl(const GPT2Config& config) : config_(config) {
+  validate(config_);
+  transformer = register_module("transformer", GPT2Model(config));
+
+  // GPT-2 initialisation from the global generator, so a torch::manual_seed before
+  // construction gives the same model on every rank.
+  at::NoGradGuard no_grad;
+  const double init_std = config.initializer_range;
+  const double proj_std = init_std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  transformer->wte->weight.normal_(0.0, init_std);
+  transformer->wpe->weight.normal_(0.0, init_std);
+  for (const auto& module : *transformer->h) {
+    auto* block = module->as<BlockImpl>();
+    block->ln_1->weight.fill_(1.0);
+    block->ln_1->bias.zero_();
+    block->attn->c_attn->weight.normal_(0.0, init_std);
+    block->attn->c_attn->bias.zero_();
+    block->attn->c_proj->weight.normal_(0.0, proj_std);
+    block->attn->c_proj->bias.zero_();
+    block->ln_2->weight.fill_(1.0);
+    block->ln_2->bias.zero_();
+    block->mlp->c_fc->weight.normal_(0.0, init_std);
+    block->mlp->c_fc->bias.zero_();
+    block->mlp->c_proj->weight.normal_(0.0, proj_std);
+    block->mlp->c_proj->bias.zero_();
+  }
+  transformer->ln_f->weight.fill_(1.0);
+  transformer->ln_f->bias.zero_();
+}
+
+at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
+  const auto hidden = transformer->forward(idx);
+  // Tied lm_head: logits = hidden @ wte.weight^T.
+  return at::matmul(hidden, transformer->wte->weight.t());
+}
+
+at::Tensor GPT2Impl::loss(const at::Tensor& logits, const at::Tensor& targets) {
+  ZERO_CHECK(logits.defined() && targets.defined(), "GPT-2 loss: logits or targets undefined");
+  ZERO_CHECK(logits.dim() >= 2, "GPT-2 loss: logits must be [..., vocab], got shape ",
+             logits.sizes());
+  ZERO_CHECK(targets.scalar_type() == at::kLong, "GPT-2 loss: targets must be int64, got ",
+             targets.scalar_type());
+  const int64_t V = logits.size(-1);
+  ZERO_CHECK(targets.sizes() == logits.sizes().slice(0, logits.dim() - 1),
+             "GPT-2 loss: targets shape ", targets.sizes(), " does not match logits shape ",
+             logits.sizes(), " without the vocab dimension");
+  ZERO_CHECK(targets.numel() > 0, "GPT-2 loss: empty targets");
+  const auto [lo_t, hi_t] = at::aminmax(targets);
+  const int64_t lo = lo_t.item<int64_t>();
+  const int64_t hi = hi_t.item<int64_t>();
+  ZERO_CHECK(lo >= 0 && hi < V, "GPT-2 loss: target id ", (lo < 0 ? lo : hi),
+             " is out of range; targets must be in [0, vocab ", V, ")");
+  const auto flat = logits.reshape({-1, V});
+  const auto flat_f = flat.scalar_type() == at::kFloat ? flat : flat.to(at::kFloat);
+  return at::cross_entropy_loss(flat_f, targets.reshape({-1}));
+}
+
+int64_t GPT2Impl::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace zero::gpt2

@@ -1,0 +1,169 @@
+#include "optim/shard_optimizer.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cmath>
+
+#include "zero/error.h"
+
+namespace zero {
+namespace {
+
+// Elements per parallel task: large enough to amortize scheduling, small enough to balance.
+constexpr int64_t kGrainSize = 32768;
+
+// Scalars of one update, folded once per step (torch computes these in double and applies
+// them as float, which is what we do too).
+struct AdamScalars {
+  float grad_multiplier;
+  float decay_factor;      // AdamW: 1 - lr * wd
+  float l2;                // Adam: wd added to the gradient
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float bias_correction2_sqrt;
+  float eps;
+  float step_size;         // lr / bias_correction1
+};
+
+template <typename Grad, typename Param>
+void adam_kernel(float* master, const Grad* grad, Param* param_out, float* m, float* v,
+                 int64_t begin, int64_t end, const AdamScalars& s) {
+  for (int64_t i = begin; i < end; ++i) {
+    float p = master[i];
+    float g = static_cast<float>(grad[i]) * s.grad_multiplier;
+    p = p * s.decay_factor;
+    g = g + s.l2 * p;
+    const float mi = m[i] * s.beta1 + s.one_minus_beta1 * g;
+    const float vi = v[i] * s.beta2 + s.one_minus_beta2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = std::sqrt(vi) / s.bias_correction2_sqrt + s.eps;
+    p = p - s.step_size * (mi / denom);
+    master[i] = p;
+    if constexpr (!std::is_same_v<Param, void>) param_out[i] = static_cast<Param>(p);
+  }
+}
+
+struct SgdScalars {
+  float grad_multiplier, weight_decay, momentum, one_minus_dampening, lr;
+  bool nesterov, first_step, use_momentum;
+};
+
+template <typename Grad, typename Param>
+void sgd_kernel(float* master, const Grad* grad, Param* param_out, float* buf, int64_t begin,
+                int64_t end, const SgdScalars& s) {
+  for (int64_t i = begin; i < end; ++i) {
+    float p = master[i];
+    float d = static_cast<float>(grad[i]) * s.grad_multiplier + s.weight_decay * p;
+    if (s.use_momentum) {
+      const float b = s.first_step ? d : buf[i] * s.momentum + s.one_minus_dampening * d;
+      buf[i] = b;
+      d = s.nesterov ? d + s.momentum * b : b;
+    }
+    p = p - s.lr * d;
+    master[i] = p;
+    if constexpr (!std::is_same_v<Param, void>) param_out[i] = static_cast<Param>(p);
+  }
+}
+
+// Calls fn(grad_ptr, param_out_ptr) with the concrete element types.
+template <typename Fn>
+void dispatch_types(const at::Tensor& grad, const at::Tensor& param_out, Fn&& fn) {
+  auto with_param = [&](auto* g) {
+    if (!param_out.defined()) {
+      fn(g, static_cast<void*>(nullptr));
+    } else if (param_out.scalar_type() == at::kBFloat16) {
+      fn(g, param_out.data_ptr<c10::BFloat16>());
+    } else if (param_out.scalar_type() == at::kHalf) {
+      fn(g, param_out.data_ptr<c10::Half>());
+    } else {
+      ZERO_INTERNAL_ASSERT(false, "unsupported parameter dtype ", param_out.scalar_type());
+    }
+  };
+  switch (grad.scalar_type()) {
+    case at::kFloat: with_param(grad.data_ptr<float>()); break;
+    case at::kBFloat16: with_param(grad.data_ptr<c10::BFloat16>()); break;
+    case at::kHalf: with_param(grad.data_ptr<c10::Half>()); break;
+    default: ZERO_INTERNAL_ASSERT(false, "unsupported gradient dtype ", grad.scalar_type());
+  }
+}
+
+}  // namespace
+
+ShardOptimizer::ShardOptimizer(const OptimizerConfig& config, int64_t numel)
+    : config_(config), numel_(numel) {
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  if (config_.type == OptimizerType::kSGD) {
+    if (config_.momentum != 0.0) exp_avg_ = at::zeros({numel}, options);
+  } else {
+    exp_avg_ = at::zeros({numel}, options);
+    exp_avg_sq_ = at::zeros({numel}, options);
+  }
+}
+
+int64_t ShardOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  if (exp_avg_.defined()) bytes += exp_avg_.nbytes();
+  if (exp_avg_sq_.defined()) bytes += exp_avg_sq_.nbytes();
+  return bytes;
+}
+
+void ShardOptimizer::step(const at::Tensor& master, const at::Tensor& grad,
+                          double grad_multiplier, const at::Tensor& param_out, double lr) {
+  ZERO_INTERNAL_ASSERT(master.scalar_type() == at::kFloat && master.is_contiguous() &&
+                           master.numel() == numel_,
+                       "master shard must be contiguous fp32 of ", numel_, " elements");
+  ZERO_INTERNAL_ASSERT(grad.is_contiguous() && grad.numel() == numel_,
+                       "gradient shard must be contiguous with ", numel_, " elements");
+  ZERO_INTERNAL_ASSERT(!param_out.defined() ||
+                           (param_out.is_contiguous() && param_out.numel() == numel_),
+                       "parameter shard must be contiguous with ", numel_, " elements");
+  ++step_count_;
+  float* master_ptr = master.data_ptr<float>();
+
+  if (config_.type == OptimizerType::kSGD) {
+    SgdScalars s{};
+    s.grad_multiplier = static_cast<float>(grad_multiplier);
+    s.weight_decay = static_cast<float>(config_.weight_decay);
+    s.momentum = static_cast<float>(config_.momentum);
+    s.one_minus_dampening = static_cast<float>(1.0 - config_.dampening);
+    s.lr = static_cast<float>(lr);
+    s.nesterov = config_.nesterov;
+    s.first_step = step_count_ == 1;
+    s.use_momentum = config_.momentum != 0.0;
+    float* buf = exp_avg_.defined() ? exp_avg_.data_ptr<float>() : nullptr;
+    dispatch_types(grad, param_out, [&](auto* g, auto* out) {
+      at::parallel_for(0, numel_, kGrainSize, [&](int64_t begin, int64_t end) {
+        sgd_kernel(master_ptr, g, out, buf, begin, end, s);
+      });
+    });
+    return;
+  }
+
+  const double t = static_cast<double>(step_count_);
+  const double bias_correction1 = config_.bias_correction ? 1.0 - std::pow(config_.beta1, t) : 1.0;
+  const double bias_correction2 = config_.bias_correction ? 1.0 - std::pow(config_.beta2, t) : 1.0;
+  const bool decoupled = config_.type == OptimizerType::kAdamW;
+  AdamScalars s{};
+  s.grad_multiplier = static_cast<float>(grad_multiplier);
+  s.decay_factor = decoupled ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+  s.l2 = decoupled ? 0.0f : static_cast<float>(config_.weight_decay);
+  s.beta1 = static_cast<float>(config_.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - config_.beta1);
+  s.beta2 = static_cast<float>(config_.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - config_.beta2);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(config_.eps);
+  s.step_size = static_cast<float>(lr / bias_correction1);
+  float* m = exp_avg_.data_ptr<float>();
+  float* v = exp_avg_sq_.data_ptr<float>();
+  dispatch_types(grad, param_out, [&](auto* g, auto* out) {
+    at::parallel_for(0, numel_, kGrainSize, [&](int64_t begin, int64_t end) {
+      adam_kernel(master_ptr, g, out, m, v, begin, end, s);
+    });
+  });
+}
+
+}  // namespace zero

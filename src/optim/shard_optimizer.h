@@ -1,0 +1,43 @@
+// The optimizer of the owned shard: Adam/AdamW/SGD over one flat fp32 master tensor, in one
+// fused, parallel loop that reads the (possibly 16-bit, still summed and scaled) gradient,
+// applies the unscale/clip/average multiplier, updates the fp32 master weights and the
+// optimizer state, and writes the rounded parameter copy.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "zero/config.h"
+
+namespace zero {
+
+class ShardOptimizer {
+ public:
+  /// `numel`: elements of the owned shard (padding included: padded elements stay zero).
+  ShardOptimizer(const OptimizerConfig& config, int64_t numel);
+
+  /// One update. `master`: fp32 [numel], updated in place. `grad`: fp32/bf16/fp16 [numel];
+  /// the gradient used is grad * grad_multiplier. `param_out`: undefined when `master` is the
+  /// parameter storage itself (fp32 training), else a bf16/fp16 [numel] tensor that receives
+  /// the rounded master weights. Matches torch::optim::AdamW / Adam / SGD numerically.
+  void step(const at::Tensor& master, const at::Tensor& grad, double grad_multiplier,
+            const at::Tensor& param_out, double lr);
+
+  int64_t step_count() const { return step_count_; }
+  /// Bytes of optimizer state (Adam: m and v; SGD with momentum: the momentum buffer).
+  int64_t state_bytes() const;
+  /// The state tensors, for inspection and checkpoints: Adam {exp_avg, exp_avg_sq},
+  /// SGD {momentum_buffer} (undefined tensors when unused).
+  const at::Tensor& first_moment() const { return exp_avg_; }
+  const at::Tensor& second_moment() const { return exp_avg_sq_; }
+
+ private:
+  OptimizerConfig config_;
+  int64_t numel_;
+  int64_t step_count_ = 0;
+  at::Tensor exp_avg_;     // Adam m, or SGD momentum buffer
+  at::Tensor exp_avg_sq_;  // Adam v
+};
+
+}  // namespace zero
