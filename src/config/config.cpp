@@ -1,0 +1,517 @@
+// parse_config / load_config: DeepSpeed JSON -> zero::Config (see include/zero/config.h and
+// docs/config.md for every key and where zero's behaviour differs from DeepSpeed's).
+#include "zero/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "config/keys.h"
+#include "config/reader.h"
+#include "zero/error.h"
+
+namespace zero {
+
+namespace {
+
+using config_detail::all_keys;
+using config_detail::check_default_only;
+using config_detail::closest_match;
+using config_detail::DefaultOnlyKey;
+using config_detail::fail;
+using config_detail::Json;
+using config_detail::ObjectView;
+using config_detail::show;
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kDefaultBucketSize = 500000000;  // DeepSpeed: pp_int(5e8) elements
+
+bool non_negative(double v) { return v >= 0.0; }
+bool positive(double v) { return v > 0.0; }
+bool beta_range(double v) { return v >= 0.0 && v < 1.0; }
+bool unit_range(double v) { return v >= 0.0 && v <= 1.0; }
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+const char* dtype_name(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Half: return "fp16";
+    case c10::ScalarType::BFloat16: return "bf16";
+    case c10::ScalarType::Float: return "fp32";
+    default: break;
+  }
+  ZERO_INTERNAL_ASSERT(false, "unexpected config dtype ", static_cast<int>(dtype));
+  return "";
+}
+
+// ---- batch triple -------------------------------------------------------------------------
+
+// DeepSpeedConfig._set_batch_related_parameters and _batch_assertion, with an explicit
+// divisibility error where DeepSpeed's floor division would only fail the final equality.
+void parse_batch(const ObjectView& top, int world_size, Config& config) {
+  const std::string& source = top.source();
+  auto read = [&](const char* key) -> std::optional<int64_t> {
+    std::optional<int64_t> value = top.get_optional_integer(key, "an integer > 0");
+    if (value && *value <= 0) top.invalid(key, *top.raw(key), "an integer > 0");
+    return value;
+  };
+  const std::optional<int64_t> tbs = read("train_batch_size");
+  const std::optional<int64_t> mbs = read("train_micro_batch_size_per_gpu");
+  const std::optional<int64_t> gas = read("gradient_accumulation_steps");
+  const int64_t world = world_size;
+  const std::string world_text = "world size " + std::to_string(world);
+
+  auto multiply = [&](int64_t a, int64_t b) {
+    int64_t product = 0;
+    if (__builtin_mul_overflow(a, b, &product)) {
+      fail(source, "the batch sizes overflow a 64-bit integer (" + std::to_string(a) + " * " +
+                       std::to_string(b) + "); check train_batch_size, "
+                       "train_micro_batch_size_per_gpu and gradient_accumulation_steps");
+    }
+    return product;
+  };
+  auto t = [](int64_t v) { return std::to_string(v); };
+
+  int64_t train_batch = 0, micro_batch = 0, accumulation = 0;
+  if (tbs && mbs && gas) {
+    train_batch = *tbs;
+    micro_batch = *mbs;
+    accumulation = *gas;
+    const int64_t product = multiply(multiply(micro_batch, accumulation), world);
+    if (train_batch != product) {
+      fail(source, "train_batch_size " + t(train_batch) +
+                       " is not equal to train_micro_batch_size_per_gpu " + t(micro_batch) +
+                       " * gradient_accumulation_steps " + t(accumulation) + " * " +
+                       world_text + " = " + t(product));
+    }
+  } else if (tbs && mbs) {
+    train_batch = *tbs;
+    micro_batch = *mbs;
+    const int64_t per_step = multiply(micro_batch, world);
+    if (train_batch % per_step != 0) {
+      fail(source, "train_batch_size " + t(train_batch) +
+                       " is not divisible by train_micro_batch_size_per_gpu " + t(micro_batch) +
+                       " * " + world_text + " = " + t(per_step) +
+                       ", so gradient_accumulation_steps = train_batch_size / " + t(per_step) +
+                       " is not a whole number >= 1");
+    }
+    accumulation = train_batch / per_step;
+  } else if (tbs && gas) {
+    train_batch = *tbs;
+    accumulation = *gas;
+    const int64_t per_micro = multiply(world, accumulation);
+    if (train_batch % per_micro != 0) {
+      fail(source, "train_batch_size " + t(train_batch) + " is not divisible by " + world_text +
+                       " * gradient_accumulation_steps " + t(accumulation) + " = " +
+                       t(per_micro) + ", so train_micro_batch_size_per_gpu = train_batch_size / " +
+                       t(per_micro) + " is not a whole number >= 1");
+    }
+    micro_batch = train_batch / per_micro;
+  } else if (mbs && gas) {
+    micro_batch = *mbs;
+    accumulation = *gas;
+    train_batch = multiply(multiply(micro_batch, accumulation), world);
+  } else if (tbs) {
+    train_batch = *tbs;
+    accumulation = 1;
+    if (train_batch % world != 0) {
+      fail(source, "train_batch_size " + t(train_batch) + " is not divisible by " + world_text +
+                       ", so train_micro_batch_size_per_gpu = train_batch_size / " + t(world) +
+                       " (with gradient_accumulation_steps 1) is not a whole number >= 1");
+    }
+    micro_batch = train_batch / world;
+  } else if (mbs) {
+    micro_batch = *mbs;
+    accumulation = 1;
+    train_batch = multiply(micro_batch, world);
+  } else {
+    std::string message =
+        "one of train_batch_size or train_micro_batch_size_per_gpu is required (neither is "
+        "given";
+    if (gas) message += "; gradient_accumulation_steps " + t(*gas) + " alone does not determine the batch";
+    fail(source, message + ")");
+  }
+  ZERO_INTERNAL_ASSERT(train_batch > 0 && micro_batch > 0 && accumulation > 0 &&
+                           train_batch == micro_batch * accumulation * world,
+                       "batch triple ", train_batch, " ", micro_batch, " ", accumulation);
+  config.train_batch_size = train_batch;
+  config.train_micro_batch_size_per_gpu = micro_batch;
+  config.gradient_accumulation_steps = accumulation;
+}
+
+// ---- optimizer ----------------------------------------------------------------------------
+
+void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfig& optimizer) {
+  optimizer.lr = params.get_number("lr", 1e-3, non_negative, "a number >= 0");
+  if (const Json* betas = params.given("betas")) {
+    const char* expected = "an array [beta1, beta2] of two numbers, each in [0, 1)";
+    if (!betas->is_array() || betas->size() != 2) params.invalid("betas", *betas, expected);
+    for (const Json& beta : *betas) {
+      if (!beta.is_number() || !beta_range(beta.get<double>())) {
+        params.invalid("betas", *betas, expected);
+      }
+    }
+    optimizer.beta1 = (*betas)[0].get<double>();
+    optimizer.beta2 = (*betas)[1].get<double>();
+  }
+  optimizer.eps = params.get_number("eps", 1e-8, positive, "a number > 0");
+  optimizer.weight_decay = params.get_number("weight_decay", 0.0, non_negative, "a number >= 0");
+  optimizer.bias_correction = params.get_bool("bias_correction", true);
+  const bool adam_w_mode = params.get_bool("adam_w_mode", true);
+  if (adamw_type && !adam_w_mode) {
+    fail(params.source(),
+         params.key_path("adam_w_mode") +
+             " = false contradicts optimizer.type \"AdamW\" (DeepSpeed silently runs AdamW "
+             "anyway); for Adam with L2 weight decay use type \"Adam\" with adam_w_mode false, "
+             "or remove adam_w_mode");
+  }
+  optimizer.type = (adamw_type || adam_w_mode) ? OptimizerType::kAdamW : OptimizerType::kAdam;
+  for (const DefaultOnlyKey& spec : config_detail::adam_params_default_only()) {
+    check_default_only(params, spec);
+  }
+}
+
+void parse_sgd_params(const ObjectView& params, OptimizerConfig& optimizer) {
+  optimizer.type = OptimizerType::kSGD;
+  if (params.given("lr") == nullptr) {
+    std::string message = params.key_path("lr") +
+                          " is required for SGD (it has no default learning rate); give a "
+                          "number >= 0";
+    if (const Json* lr = params.raw("lr")) message += " (got " + show(*lr) + ")";
+    fail(params.source(), message);
+  }
+  optimizer.lr = params.get_number("lr", 0.0, non_negative, "a number >= 0");
+  optimizer.momentum = params.get_number("momentum", 0.0, non_negative, "a number >= 0");
+  optimizer.dampening = params.get_number("dampening", 0.0, unit_range, "a number in [0, 1]");
+  optimizer.weight_decay = params.get_number("weight_decay", 0.0, non_negative, "a number >= 0");
+  optimizer.nesterov = params.get_bool("nesterov", false);
+  if (optimizer.nesterov && (optimizer.momentum <= 0.0 || optimizer.dampening != 0.0)) {
+    fail(params.source(), params.key_path("nesterov") +
+                              " = true requires momentum > 0 and dampening 0, as in "
+                              "torch.optim.SGD (got momentum " +
+                              show(Json(optimizer.momentum)) + ", dampening " +
+                              show(Json(optimizer.dampening)) + ")");
+  }
+  for (const DefaultOnlyKey& spec : config_detail::sgd_params_default_only()) {
+    check_default_only(params, spec);
+  }
+}
+
+void parse_optimizer(const ObjectView& top, Config& config) {
+  const std::string& source = top.source();
+  const Json* section = top.given("optimizer");
+  if (section == nullptr || section->is_null()) {
+    fail(source,
+         "the 'optimizer' section is required: zero builds the optimizer from the config and "
+         "takes no client optimizer; e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD)");
+  }
+  ObjectView optimizer(*section, "optimizer", source);
+  optimizer.check_keys(config_detail::optimizer_keys());
+  static const DefaultOnlyKey kLegacyFusion = {"legacy_fusion", DefaultOnlyKey::Kind::kValue,
+                                               "false", nullptr, nullptr};
+  check_default_only(optimizer, kLegacyFusion);
+
+  const Json* type_json = optimizer.raw("type");
+  if (type_json == nullptr || type_json->is_null()) {
+    fail(source, "optimizer.type is required; allowed: Adam, AdamW, SGD (case-insensitive)");
+  }
+  if (!type_json->is_string()) {
+    optimizer.invalid("type", *type_json, "a string: Adam, AdamW or SGD (case-insensitive)");
+  }
+  const std::string type = lower(type_json->get<std::string>());
+  static const std::vector<std::string> kNotYet = {
+      "lamb", "onebitadam", "zerooneadam", "onebitlamb", "adagrad", "lion", "muadam", "muadamw",
+      "musgd"};
+  if (type != "adam" && type != "adamw" && type != "sgd") {
+    if (std::find(kNotYet.begin(), kNotYet.end(), type) != kNotYet.end()) {
+      optimizer.not_supported("type", *type_json,
+                              "supported types: Adam, AdamW, SGD (case-insensitive)");
+    }
+    static const std::vector<std::string> kKnown = {
+        "Adam",    "AdamW", "SGD",  "Lamb",   "OneBitAdam", "ZeroOneAdam", "OneBitLamb",
+        "Adagrad", "Lion",  "MuAdam", "MuAdamW", "MuSGD"};
+    std::string expected = "one of Adam, AdamW, SGD (case-insensitive)";
+    const std::string suggestion = closest_match(type, kKnown);
+    if (!suggestion.empty()) expected += "; did you mean '" + suggestion + "'?";
+    optimizer.invalid("type", *type_json, expected);
+  }
+
+  const Json empty = Json::object();
+  const Json* params_json = optimizer.given("params");
+  if (params_json == nullptr) params_json = &empty;
+  ObjectView params(*params_json, "optimizer.params", source);
+  if (const Json* max_grad_norm = params.raw("max_grad_norm")) {
+    fail(source, "optimizer.params.max_grad_norm = " + show(*max_grad_norm) +
+                     " is not supported: use the top-level gradient_clipping instead (DeepSpeed "
+                     "raises the same error)");
+  }
+  OptimizerConfig result;
+  if (type == "sgd") {
+    params.check_keys(all_keys(config_detail::sgd_params_implemented_keys(),
+                               config_detail::sgd_params_default_only()));
+    parse_sgd_params(params, result);
+  } else {
+    params.check_keys(all_keys(config_detail::adam_params_implemented_keys(),
+                               config_detail::adam_params_default_only()));
+    parse_adam_params(params, type == "adamw", result);
+  }
+  config.optimizer = result;
+}
+
+// ---- precision ----------------------------------------------------------------------------
+
+// Returns fp16.enabled; fills config.loss_scale.
+bool parse_fp16(const ObjectView& top, Config& config) {
+  const Json* section = top.given("fp16");
+  if (section == nullptr) return false;
+  ObjectView fp16(*section, "fp16", top.source());
+  fp16.check_keys(config_detail::fp16_keys());
+  const bool enabled = fp16.get_bool("enabled", false);
+  if (fp16.get_bool("auto_cast", false)) {
+    fp16.not_supported("auto_cast", true, "only false is accepted (zero does not autocast)");
+  }
+  if (fp16.get_bool("fp16_master_weights_and_grads", false)) {
+    fp16.not_supported("fp16_master_weights_and_grads", true,
+                       "only false is accepted (master weights and optimizer states are fp32)");
+  }
+  LossScaleConfig& scale = config.loss_scale;
+  const double loss_scale = fp16.get_number("loss_scale", 0.0, non_negative,
+                                            "a number >= 0 (0 selects dynamic loss scaling)");
+  scale.dynamic = loss_scale == 0.0;
+  scale.static_scale = scale.dynamic ? 1.0 : loss_scale;
+  scale.initial_scale_power = static_cast<int>(
+      fp16.get_integer("initial_scale_power", 16, 0, 63, "an integer in [0, 63]"));
+  scale.scale_window =
+      fp16.get_integer("loss_scale_window", 1000, 1, kInt64Max, "an integer >= 1");
+  scale.hysteresis =
+      static_cast<int>(fp16.get_integer("hysteresis", 2, 1, INT_MAX, "an integer >= 1"));
+  scale.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
+  scale.min_loss_scale = fp16.get_number("min_loss_scale", 1.0, positive, "a number > 0");
+  return enabled;
+}
+
+// Returns bf16.enabled (or bfloat16.enabled).
+bool parse_bf16(const ObjectView& top) {
+  if (top.raw("bf16") != nullptr && top.raw("bfloat16") != nullptr) {
+    fail(top.source(), "both 'bf16' and its alias 'bfloat16' are given; keep one of them");
+  }
+  const std::string name = top.raw("bfloat16") != nullptr ? "bfloat16" : "bf16";
+  const Json* section = top.given(name);
+  if (section == nullptr) return false;
+  ObjectView bf16(*section, name, top.source());
+  bf16.check_keys(config_detail::bf16_keys());
+  const bool enabled = bf16.get_bool("enabled", false);
+  if (bf16.get_bool("immediate_grad_update", false)) {
+    bf16.not_supported("immediate_grad_update", true, "only false is accepted");
+  }
+  return enabled;
+}
+
+void parse_precision(const ObjectView& top, Config& config) {
+  const bool fp16 = parse_fp16(top, config);
+  const bool bf16 = parse_bf16(top);
+  if (fp16 && bf16) {
+    fail(top.source(),
+         "fp16.enabled and bf16.enabled are both true; enable at most one (DeepSpeed asserts "
+         "the same)");
+  }
+  config.param_dtype = fp16   ? c10::ScalarType::Half
+                       : bf16 ? c10::ScalarType::BFloat16
+                              : c10::ScalarType::Float;
+
+  const char* expected = "one of \"fp32\", \"fp16\", \"bf16\" (case-insensitive), or null";
+  config.communication_dtype = config.param_dtype;
+  if (std::optional<std::string> name =
+          top.get_optional_string("communication_data_type", expected)) {
+    const std::string value = lower(*name);
+    if (value == "fp32") {
+      config.communication_dtype = c10::ScalarType::Float;
+    } else if (value == "fp16") {
+      config.communication_dtype = c10::ScalarType::Half;
+    } else if (value == "bf16") {
+      config.communication_dtype = c10::ScalarType::BFloat16;
+    } else {
+      top.invalid("communication_data_type", *top.raw("communication_data_type"), expected);
+    }
+  }
+}
+
+// ---- zero_optimization --------------------------------------------------------------------
+
+void parse_zero(const ObjectView& top, Config& config) {
+  const std::string& source = top.source();
+  ZeroOptimizationConfig& zero = config.zero_optimization;
+  const Json* section = top.given("zero_optimization");
+  const Json* allgather_size = top.given("allgather_size");
+
+  if (section != nullptr && section->is_boolean()) {
+    // DeepSpeed's deprecated form: true = stage 1 with the top-level allgather_size.
+    zero.stage = section->get<bool>() ? 1 : 0;
+    if (allgather_size != nullptr && zero.stage == 0) {
+      fail(source, "allgather_size = " + show(*allgather_size) +
+                       " has no effect with \"zero_optimization\": false; remove it");
+    }
+    zero.allgather_bucket_size = top.get_integer("allgather_size", kDefaultBucketSize, 1,
+                                                 kInt64Max, "an integer number of elements > 0");
+    return;
+  }
+  if (allgather_size != nullptr) {
+    fail(source, "allgather_size = " + show(*allgather_size) +
+                     " is read only with the legacy form \"zero_optimization\": true; use "
+                     "zero_optimization.allgather_bucket_size");
+  }
+  if (section == nullptr) return;
+  if (!section->is_object()) {
+    top.invalid("zero_optimization", *section,
+                "an object (or the legacy form true / false)");
+  }
+  ObjectView view(*section, "zero_optimization", source);
+  view.check_keys(all_keys(config_detail::zero_implemented_keys(),
+                           config_detail::zero_default_only()));
+
+  const int64_t stage =
+      view.get_integer("stage", 0, std::numeric_limits<int64_t>::min(), kInt64Max,
+                       "an integer: 0, 1 or 2");
+  if (stage == 3) {
+    view.not_supported("stage", *view.raw("stage"),
+                       "allowed: 0, 1, 2 (ZeRO stage 3 is planned for a later version)");
+  }
+  if (stage < 0 || stage > 2) {
+    view.invalid("stage", *view.raw("stage"), "one of 0, 1, 2 (3 is not supported yet)");
+  }
+  zero.stage = static_cast<int>(stage);
+  const char* bucket = "an integer number of elements > 0 (e.g. 5e8)";
+  zero.reduce_bucket_size =
+      view.get_integer("reduce_bucket_size", kDefaultBucketSize, 1, kInt64Max, bucket);
+  zero.allgather_bucket_size =
+      view.get_integer("allgather_bucket_size", kDefaultBucketSize, 1, kInt64Max, bucket);
+  // DeepSpeed's default is None: true for stage 3, false for stages 0-2.
+  zero.overlap_comm = view.get_optional_bool("overlap_comm").value_or(false);
+  zero.contiguous_gradients = view.get_bool("contiguous_gradients", true);
+  zero.reduce_scatter = view.get_bool("reduce_scatter", true);
+  zero.allgather_partitions = view.get_bool("allgather_partitions", true);
+  if (!zero.allgather_partitions) {
+    view.not_supported("allgather_partitions", false,
+                       "only true (all-gather) is accepted; the broadcast variant is not "
+                       "implemented");
+  }
+  for (const DefaultOnlyKey& spec : config_detail::zero_default_only()) {
+    check_default_only(view, spec);
+  }
+}
+
+// ---- effective configuration --------------------------------------------------------------
+
+// Canonical JSON: every implemented key with its effective value. It is itself a valid config
+// that parses (at the same world size) to the same Config.
+std::string effective_json(const Config& config) {
+  Json root = Json::object();
+  root["train_batch_size"] = config.train_batch_size;
+  root["train_micro_batch_size_per_gpu"] = config.train_micro_batch_size_per_gpu;
+  root["gradient_accumulation_steps"] = config.gradient_accumulation_steps;
+  root["gradient_clipping"] = config.gradient_clipping;
+
+  const OptimizerConfig& opt = config.optimizer;
+  Json params = Json::object();
+  params["lr"] = opt.lr;
+  params["weight_decay"] = opt.weight_decay;
+  std::string type;
+  switch (opt.type) {
+    case OptimizerType::kAdamW:
+    case OptimizerType::kAdam:
+      type = opt.type == OptimizerType::kAdamW ? "AdamW" : "Adam";
+      params["betas"] = Json::array({opt.beta1, opt.beta2});
+      params["eps"] = opt.eps;
+      params["bias_correction"] = opt.bias_correction;
+      params["adam_w_mode"] = opt.type == OptimizerType::kAdamW;
+      break;
+    case OptimizerType::kSGD:
+      type = "SGD";
+      params["momentum"] = opt.momentum;
+      params["dampening"] = opt.dampening;
+      params["nesterov"] = opt.nesterov;
+      break;
+  }
+  root["optimizer"] = {{"type", type}, {"params", params}};
+
+  const LossScaleConfig& scale = config.loss_scale;
+  Json fp16 = Json::object();
+  fp16["enabled"] = config.param_dtype == c10::ScalarType::Half;
+  fp16["loss_scale"] = scale.dynamic ? 0.0 : scale.static_scale;
+  fp16["initial_scale_power"] = scale.initial_scale_power;
+  fp16["loss_scale_window"] = scale.scale_window;
+  fp16["hysteresis"] = scale.hysteresis;
+  fp16["consecutive_hysteresis"] = scale.consecutive_hysteresis;
+  fp16["min_loss_scale"] = scale.min_loss_scale;
+  fp16["auto_cast"] = false;
+  fp16["fp16_master_weights_and_grads"] = false;
+  root["fp16"] = fp16;
+  root["bf16"] = {{"enabled", config.param_dtype == c10::ScalarType::BFloat16},
+                  {"immediate_grad_update", false}};
+  root["communication_data_type"] = dtype_name(config.communication_dtype);
+
+  const ZeroOptimizationConfig& zero = config.zero_optimization;
+  root["zero_optimization"] = {{"stage", zero.stage},
+                               {"reduce_bucket_size", zero.reduce_bucket_size},
+                               {"allgather_bucket_size", zero.allgather_bucket_size},
+                               {"overlap_comm", zero.overlap_comm},
+                               {"contiguous_gradients", zero.contiguous_gradients},
+                               {"reduce_scatter", zero.reduce_scatter},
+                               {"allgather_partitions", zero.allgather_partitions}};
+  return root.dump();
+}
+
+}  // namespace
+
+Config parse_config(const std::string& json_text, int world_size, const std::string& source) {
+  ZERO_CHECK(world_size >= 1, source, ": world_size must be >= 1 (got ", world_size, ")");
+  const Json root = config_detail::parse_json_text(json_text, source);
+  const ObjectView top(root, "", source);
+  top.check_keys(all_keys(config_detail::top_level_implemented_keys(),
+                          config_detail::top_level_default_only()));
+
+  Config config;
+  config.source = source;
+  config.world_size = world_size;
+  parse_batch(top, world_size, config);
+  config.gradient_clipping = top.get_number("gradient_clipping", 0.0, non_negative,
+                                            "a number >= 0 (0 disables clipping)");
+  parse_optimizer(top, config);
+  parse_precision(top, config);
+  parse_zero(top, config);
+  for (const DefaultOnlyKey& spec : config_detail::top_level_default_only()) {
+    check_default_only(top, spec);
+  }
+  config.effective_json = effective_json(config);
+  return config;
+}
+
+Config load_config(const std::string& path, int world_size) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  const int open_error = errno;
+  ZERO_CHECK(file != nullptr, "cannot open config file '", path,
+             "': ", std::system_category().message(open_error));
+  std::string text;
+  char buffer[1 << 16];
+  size_t count = 0;
+  while ((count = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, count);
+  const bool read_failed = std::ferror(file) != 0;
+  const int read_error = errno;
+  std::fclose(file);
+  ZERO_CHECK(!read_failed, "cannot read config file '", path,
+             "': ", std::system_category().message(read_error));
+  return parse_config(text, world_size, path);
+}
+
+}  // namespace zero

@@ -1,0 +1,378 @@
+#include "config/keys.h"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "zero/error.h"
+
+namespace zero::config_detail {
+
+namespace {
+
+using Kind = DefaultOnlyKey::Kind;
+
+// DeepSpeed 0.16.5 defaults (deepspeed/runtime/constants.py, zero/config.py,
+// zero/offload_config.py, swap_tensor/constants.py, activation_checkpointing/config.py), plus
+// the few zero_optimization fields added after it (stage3_allgather_sequential, ...), so that
+// configs written for newer DeepSpeed versions that spell out those defaults also run.
+const char* const kSchedulerNote = "learning-rate schedulers are planned for a later version";
+const char* const kPredivideNote =
+    "DeepSpeed itself requires prescale_gradients false and gradient_predivide_factor 1.0 "
+    "with zero_optimization.reduce_scatter, its default";
+const char* const kStage3Note = "it configures ZeRO stage 3, which is planned for a later version";
+const char* const kOffloadNote = "ZeRO-Offload is planned for a later version";
+const char* const kZeroPPNote = "ZeRO++ is not implemented";
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+bool numbers_equal(const Json& a, const Json& b) {
+  const std::optional<int64_t> ia = json_to_integer(a), ib = json_to_integer(b);
+  if (ia && ib) return *ia == *ib;
+  return a.get<double>() == b.get<double>();
+}
+
+// Equality of a given value and a default, as DefaultOnlyKey::Kind::kValue describes; objects
+// are handled by check_value so that the mismatching sub-key can be named.
+bool scalar_matches(const Json& given, const Json& expected) {
+  if (is_auto(given)) return true;
+  if (given.is_number() && expected.is_number()) return numbers_equal(given, expected);
+  if (given.is_string() && expected.is_string()) {
+    return lower(given.get<std::string>()) == lower(expected.get<std::string>());
+  }
+  return given == expected;
+}
+
+std::vector<std::string> object_keys(const Json& object) {
+  std::vector<std::string> keys;
+  for (const auto& item : object.items()) keys.push_back(item.key());
+  return keys;
+}
+
+std::string with_note(std::string message, const char* note) {
+  if (note != nullptr) message += std::string(" (") + note + ")";
+  return message;
+}
+
+void check_value(const std::string& source, const std::string& path, const Json& given,
+                 const Json& expected, const Json* alternative, const char* note) {
+  if (scalar_matches(given, expected)) return;
+  if (alternative != nullptr && scalar_matches(given, *alternative)) return;
+  if (given.is_object() && expected.is_object() && !expected.empty()) {
+    ObjectView view(given, path, source);
+    view.check_keys(object_keys(expected));
+    for (const auto& item : given.items()) {
+      check_value(source, join_path(path, item.key()), item.value(), expected.at(item.key()),
+                  nullptr, note);
+    }
+    return;
+  }
+  std::string accepted = "only DeepSpeed's default " + show(expected);
+  if (alternative != nullptr) accepted += " (or " + show(*alternative) + ")";
+  fail(source, with_note(path + " = " + show(given) + " is not supported yet; " + accepted +
+                             " is accepted",
+                         note));
+}
+
+void check_disabled_section(const ObjectView& view, const DefaultOnlyKey& spec,
+                            const Json& given) {
+  const std::string path = view.key_path(spec.key);
+  const std::string accepted =
+      "only a disabled section is accepted: {\"enabled\": false}, {} or null";
+  if (given.is_null()) return;
+  if (!given.is_object()) view.invalid(spec.key, given, "an object; " + accepted);
+  if (given.empty()) return;
+  auto enabled = given.find("enabled");
+  if (enabled == given.end()) {
+    fail(view.source(),
+         with_note(path + " = " + show(given) + " is not supported yet; " + accepted, spec.note));
+  }
+  if (!enabled->is_boolean()) {
+    fail(view.source(), path + ".enabled = " + show(*enabled) + " is invalid; expected true or false");
+  }
+  if (enabled->get<bool>()) {
+    fail(view.source(),
+         with_note(path + ".enabled = true is not supported yet; " + accepted, spec.note));
+  }
+}
+
+void check_offload(const ObjectView& view, const DefaultOnlyKey& spec, const Json& given) {
+  if (given.is_null()) return;
+  const Json defaults = Json::parse(spec.default_json);
+  ObjectView section(given, view.key_path(spec.key), view.source());  // throws unless an object
+  section.check_keys(object_keys(defaults));
+  const Json* device = section.given("device");
+  if (device == nullptr) return;  // DeepSpeed's default device is "none"
+  if (!device->is_string()) section.invalid("device", *device, "\"none\", \"cpu\" or \"nvme\"");
+  if (lower(device->get<std::string>()) == "none") return;
+  fail(view.source(), with_note(section.key_path("device") + " = " + show(*device) +
+                                    " is not supported yet; only \"none\" is accepted",
+                                spec.note));
+}
+
+}  // namespace
+
+const std::vector<DefaultOnlyKey>& top_level_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      {"steps_per_print", Kind::kValue, "null", nullptr, "progress printing is not implemented"},
+      {"wall_clock_breakdown", Kind::kValue, "false", nullptr, nullptr},
+      {"memory_breakdown", Kind::kValue, "false", nullptr, nullptr},
+      {"dump_state", Kind::kValue, "false", nullptr, nullptr},
+      {"disable_allgather", Kind::kValue, "false", nullptr, nullptr},
+      {"prescale_gradients", Kind::kValue, "false", nullptr, kPredivideNote},
+      {"gradient_predivide_factor", Kind::kValue, "1.0", nullptr, kPredivideNote},
+      {"sparse_gradients", Kind::kValue, "false", nullptr, nullptr},
+      {"fp32_allreduce", Kind::kValue, "false", nullptr,
+       "use communication_data_type \"fp32\" instead"},
+      {"zero_allow_untested_optimizer", Kind::kValue, "false", nullptr, nullptr},
+      {"zero_force_ds_cpu_optimizer", Kind::kValue, "true", nullptr, nullptr},
+      {"dataloader_drop_last", Kind::kValue, "false", nullptr, nullptr},
+      {"vocabulary_size", Kind::kValue, "null", nullptr, nullptr},
+      {"seq_parallel_communication_data_type", Kind::kValue, "\"fp32\"", "null", nullptr},
+      {"sequence_parallel_size", Kind::kValue, "1", nullptr, nullptr},
+      {"use_data_before_expert_parallel_", Kind::kValue, "false", nullptr, nullptr},
+      {"graph_harvesting", Kind::kValue, "false", nullptr, nullptr},
+      {"scheduler", Kind::kValue, "null", "{}", kSchedulerNote},
+      {"sparse_attention", Kind::kValue, "null", nullptr, nullptr},
+      {"weight_quantization", Kind::kValue, "null", nullptr, nullptr},
+      {"compression_training", Kind::kValue, "{}", "null", nullptr},
+      {"timers", Kind::kValue, "{}", "null", nullptr},
+      {"compile", Kind::kValue, "{}", "null", nullptr},
+      {"tensor_parallel", Kind::kValue, "{}", "null", nullptr},
+      {"checkpoint", Kind::kValue,
+       R"({"tag_validation": "Warn", "load_universal": false, "use_node_local_storage": false,
+           "parallel_write": {"pipeline_stage": false}})",
+       nullptr, nullptr},
+      {"aio", Kind::kValue,
+       R"({"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1,
+           "thread_count": 1, "single_submit": false, "overlap_events": true,
+           "use_gds": false})",
+       nullptr, "aio configures NVMe offload, which is planned for a later version"},
+      {"activation_checkpointing", Kind::kValue,
+       R"({"partition_activations": false, "contiguous_memory_optimization": false,
+           "cpu_checkpointing": false, "number_checkpoints": null,
+           "synchronize_checkpoint_boundary": false, "profile": false})",
+       nullptr, nullptr},
+      {"data_types", Kind::kValue, R"({"grad_accum_dtype": null})", nullptr, nullptr},
+      {"pipeline", Kind::kValue,
+       R"({"stages": "auto", "partition": "best", "seed_layers": false,
+           "activation_checkpoint_interval": 0, "pipe_partitioned": true,
+           "grad_partitioned": true})",
+       nullptr, "pipeline parallelism is not implemented"},
+      {"amp", Kind::kDisabledSection, nullptr, nullptr, "use fp16 or bf16"},
+      {"elasticity", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"flops_profiler", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"tensorboard", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"wandb", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"csv_monitor", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"comet", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"comms_logger", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"autotuning", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"progressive_layer_drop", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"curriculum_learning", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"data_efficiency", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"hybrid_engine", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"nebula", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"quantize_training", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"torch_autocast", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+  };
+  return keys;
+}
+
+const std::vector<DefaultOnlyKey>& zero_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      {"use_multi_rank_bucket_allreduce", Kind::kValue, "true", nullptr, nullptr},
+      {"load_from_fp32_weights", Kind::kValue, "true", nullptr, nullptr},
+      {"elastic_checkpoint", Kind::kValue, "false", nullptr, nullptr},
+      {"ignore_unused_parameters", Kind::kValue, "true", nullptr, nullptr},
+      {"legacy_stage1", Kind::kValue, "false", nullptr, nullptr},
+      {"round_robin_gradients", Kind::kValue, "false", nullptr, kOffloadNote},
+      {"offload_param", Kind::kOffload,
+       R"({"device": "none", "nvme_path": null, "buffer_count": 5, "buffer_size": 100000000,
+           "max_in_cpu": 1000000000, "pin_memory": false})",
+       nullptr, kOffloadNote},
+      {"offload_optimizer", Kind::kOffload,
+       R"({"device": "none", "nvme_path": null, "buffer_count": 4, "pin_memory": false,
+           "pipeline": false, "pipeline_read": false, "pipeline_write": false,
+           "fast_init": false, "ratio": 1.0})",
+       nullptr, kOffloadNote},
+      {"cpu_offload", Kind::kValue, "null", "false", kOffloadNote},
+      {"cpu_offload_param", Kind::kValue, "null", "false", kOffloadNote},
+      {"cpu_offload_use_pin_memory", Kind::kValue, "null", "false", kOffloadNote},
+      {"zenflow", Kind::kValue, "null", nullptr, nullptr},
+      {"sub_group_size", Kind::kValue, "1000000000", nullptr, kStage3Note},
+      {"stage3_prefetch_bucket_size", Kind::kValue, "50000000", nullptr, kStage3Note},
+      {"prefetch_bucket_size", Kind::kValue, "50000000", nullptr, kStage3Note},
+      {"stage3_param_persistence_threshold", Kind::kValue, "100000", nullptr, kStage3Note},
+      {"param_persistence_threshold", Kind::kValue, "100000", nullptr, kStage3Note},
+      {"stage3_model_persistence_threshold", Kind::kValue, "9223372036854775807", nullptr,
+       kStage3Note},
+      {"model_persistence_threshold", Kind::kValue, "9223372036854775807", nullptr,
+       kStage3Note},
+      {"stage3_max_live_parameters", Kind::kValue, "1000000000", nullptr, kStage3Note},
+      {"max_live_parameters", Kind::kValue, "1000000000", nullptr, kStage3Note},
+      {"stage3_max_reuse_distance", Kind::kValue, "1000000000", nullptr, kStage3Note},
+      {"max_reuse_distance", Kind::kValue, "1000000000", nullptr, kStage3Note},
+      {"stage3_gather_16bit_weights_on_model_save", Kind::kValue, "false", nullptr,
+       kStage3Note},
+      {"gather_16bit_weights_on_model_save", Kind::kValue, "false", nullptr, kStage3Note},
+      {"stage3_gather_fp16_weights_on_model_save", Kind::kValue, "false", nullptr,
+       kStage3Note},
+      {"stage3_module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
+      {"module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
+      {"stage3_use_all_reduce_for_fetch_params", Kind::kValue, "false", nullptr, kStage3Note},
+      {"use_all_reduce_for_fetch_params", Kind::kValue, "false", nullptr, kStage3Note},
+      {"stage3_allgather_sequential", Kind::kValue, "false", nullptr, kStage3Note},
+      {"allgather_sequential", Kind::kValue, "false", nullptr, kStage3Note},
+      {"stage3_partition_stream_chunk_size", Kind::kValue, "0", nullptr, kStage3Note},
+      {"partition_stream_chunk_size", Kind::kValue, "0", nullptr, kStage3Note},
+      {"memory_efficient_linear", Kind::kValue, "true", nullptr, kStage3Note},
+      {"override_module_apply", Kind::kValue, "true", nullptr, kStage3Note},
+      {"pipeline_loading_checkpoint", Kind::kValue, "false", nullptr, kStage3Note},
+      {"log_trace_cache_warnings", Kind::kValue, "false", nullptr, kStage3Note},
+      {"leaf_module", Kind::kValue, "null", "{}", kStage3Note},
+      {"save_muon_momentum_buffer_in_memory", Kind::kValue, "false", nullptr, nullptr},
+      {"enable_sanity_checks", Kind::kValue, "false", nullptr, nullptr},
+      {"zero_hpz_partition_size", Kind::kValue, "1", nullptr, kZeroPPNote},
+      {"zero_quantized_weights", Kind::kValue, "false", nullptr, kZeroPPNote},
+      {"zero_quantized_nontrainable_weights", Kind::kValue, "false", nullptr, kZeroPPNote},
+      {"zero_quantized_gradients", Kind::kValue, "false", nullptr, kZeroPPNote},
+      {"zeropp_loco_param", Kind::kValue, "null", nullptr, kZeroPPNote},
+      {"mics_shard_size", Kind::kValue, "-1", nullptr, "MiCS is not implemented"},
+      {"mics_hierarchical_params_gather", Kind::kValue, "false", nullptr,
+       "MiCS is not implemented"},
+  };
+  return keys;
+}
+
+const std::vector<DefaultOnlyKey>& adam_params_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      {"amsgrad", Kind::kValue, "false", nullptr,
+       "the AMSGrad variant is not implemented; DeepSpeed's FusedAdam rejects it too"},
+      {"torch_adam", Kind::kValue, "false", nullptr, "zero has a single Adam implementation"},
+      {"set_grad_none", Kind::kValue, "true", nullptr, nullptr},
+  };
+  return keys;
+}
+
+const std::vector<DefaultOnlyKey>& sgd_params_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      {"maximize", Kind::kValue, "false", nullptr, nullptr},
+      {"foreach", Kind::kValue, "null", nullptr, nullptr},
+      {"differentiable", Kind::kValue, "false", nullptr, nullptr},
+      {"fused", Kind::kValue, "null", nullptr, nullptr},
+  };
+  return keys;
+}
+
+const std::vector<std::string>& top_level_implemented_keys() {
+  static const std::vector<std::string> keys = {
+      "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+      "gradient_clipping", "optimizer", "fp16", "bf16", "bfloat16", "communication_data_type",
+      "zero_optimization", "allgather_size"};
+  return keys;
+}
+
+const std::vector<std::string>& zero_implemented_keys() {
+  static const std::vector<std::string> keys = {
+      "stage",          "reduce_bucket_size",   "allgather_bucket_size", "overlap_comm",
+      "reduce_scatter", "contiguous_gradients", "allgather_partitions"};
+  return keys;
+}
+
+const std::vector<std::string>& optimizer_keys() {
+  static const std::vector<std::string> keys = {"type", "params", "legacy_fusion"};
+  return keys;
+}
+
+const std::vector<std::string>& adam_params_implemented_keys() {
+  static const std::vector<std::string> keys = {
+      "lr", "betas", "eps", "weight_decay", "bias_correction", "adam_w_mode", "max_grad_norm"};
+  return keys;
+}
+
+const std::vector<std::string>& sgd_params_implemented_keys() {
+  static const std::vector<std::string> keys = {
+      "lr", "momentum", "dampening", "weight_decay", "nesterov", "max_grad_norm"};
+  return keys;
+}
+
+const std::vector<std::string>& fp16_keys() {
+  static const std::vector<std::string> keys = {
+      "enabled",        "loss_scale", "initial_scale_power", "loss_scale_window",
+      "hysteresis",     "consecutive_hysteresis", "min_loss_scale", "auto_cast",
+      "fp16_master_weights_and_grads"};
+  return keys;
+}
+
+const std::vector<std::string>& bf16_keys() {
+  static const std::vector<std::string> keys = {"enabled", "immediate_grad_update"};
+  return keys;
+}
+
+std::vector<std::string> all_keys(const std::vector<std::string>& implemented,
+                                  const std::vector<DefaultOnlyKey>& default_only) {
+  std::vector<std::string> keys = implemented;
+  for (const DefaultOnlyKey& spec : default_only) keys.emplace_back(spec.key);
+  return keys;
+}
+
+void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec) {
+  const Json* given = view.given(spec.key);
+  if (given == nullptr) return;
+  switch (spec.kind) {
+    case Kind::kValue: {
+      const Json expected = Json::parse(spec.default_json);
+      const Json alternative =
+          spec.alternative_json != nullptr ? Json::parse(spec.alternative_json) : Json();
+      check_value(view.source(), view.key_path(spec.key), *given, expected,
+                  spec.alternative_json != nullptr ? &alternative : nullptr, spec.note);
+      return;
+    }
+    case Kind::kDisabledSection:
+      check_disabled_section(view, spec, *given);
+      return;
+    case Kind::kOffload:
+      check_offload(view, spec, *given);
+      return;
+  }
+  ZERO_INTERNAL_ASSERT(false, "unhandled DefaultOnlyKey kind for ", spec.key);
+}
+
+std::optional<std::string> section_knowing(const std::string& key,
+                                           const std::string& except_path) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> sections = {
+      {"", all_keys(top_level_implemented_keys(), top_level_default_only())},
+      {"zero_optimization", all_keys(zero_implemented_keys(), zero_default_only())},
+      {"optimizer", optimizer_keys()},
+      {"optimizer.params", all_keys(adam_params_implemented_keys(), adam_params_default_only())},
+      {"optimizer.params", all_keys(sgd_params_implemented_keys(), sgd_params_default_only())},
+      {"fp16", fp16_keys()},
+      {"bf16", bf16_keys()},
+  };
+  auto add_object_sections = [&](const std::string& parent,
+                                 const std::vector<DefaultOnlyKey>& specs) {
+    for (const DefaultOnlyKey& spec : specs) {
+      if (spec.kind == Kind::kDisabledSection) continue;
+      const Json defaults = Json::parse(spec.default_json);
+      if (defaults.is_object() && !defaults.empty()) {
+        sections.emplace_back(join_path(parent, spec.key), object_keys(defaults));
+      }
+    }
+  };
+  add_object_sections("", top_level_default_only());
+  add_object_sections("zero_optimization", zero_default_only());
+  std::optional<std::string> found;
+  for (const auto& [path, keys] : sections) {
+    if (path == except_path || std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+    if (found && *found == path) continue;  // optimizer.params: the Adam and SGD lists
+    if (found) return std::nullopt;  // known in several sections: no single suggestion
+    found = path;
+  }
+  return found;
+}
+
+}  // namespace zero::config_detail

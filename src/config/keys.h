@@ -1,0 +1,71 @@
+// The DeepSpeed config keys zero knows (internal to src/config/).
+//
+// Two kinds of keys:
+//   - implemented keys, parsed in config.cpp (the lists below name them for the unknown-key
+//     check);
+//   - "default-only" keys: options DeepSpeed has and zero does not implement yet. They are
+//     accepted only when the value equals DeepSpeed's default or disabled form, so a config that
+//     merely spells out defaults runs; any other value is rejected as "not supported yet".
+//     Nothing is accepted and then ignored.
+// docs/config.md lists every key with its status.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/reader.h"
+
+namespace zero::config_detail {
+
+struct DefaultOnlyKey {
+  enum class Kind {
+    /// The value must equal `default_json` (or `alternative_json`). Numbers compare by value,
+    /// strings case-insensitively, objects key by key: a given object's keys must be keys of
+    /// the default object, and each value must equal the default's.
+    kValue,
+    /// A section with an "enabled" flag (tensorboard, amp, ...): accepted when null, {}, or
+    /// when it has "enabled": false (its other keys then have no effect, as in DeepSpeed).
+    kDisabledSection,
+    /// zero_optimization.offload_*: accepted when null, {}, or "device": "none"; other keys
+    /// must be keys of `default_json` (their values have no effect without a device).
+    kOffload,
+  };
+  const char* key;
+  Kind kind;
+  const char* default_json;
+  const char* alternative_json;  // another accepted form of the default, or nullptr
+  const char* note;              // appended to the "not supported yet" message, or nullptr
+};
+
+/// Top-level keys other than the implemented ones.
+const std::vector<DefaultOnlyKey>& top_level_default_only();
+/// zero_optimization keys other than the implemented ones.
+const std::vector<DefaultOnlyKey>& zero_default_only();
+/// optimizer.params keys DeepSpeed passes to FusedAdam / torch.optim.SGD that zero does not
+/// implement (amsgrad, torch_adam, set_grad_none; maximize, foreach, ...).
+const std::vector<DefaultOnlyKey>& adam_params_default_only();
+const std::vector<DefaultOnlyKey>& sgd_params_default_only();
+
+/// Implemented keys of each section.
+const std::vector<std::string>& top_level_implemented_keys();
+const std::vector<std::string>& zero_implemented_keys();
+const std::vector<std::string>& optimizer_keys();
+const std::vector<std::string>& adam_params_implemented_keys();
+const std::vector<std::string>& sgd_params_implemented_keys();
+const std::vector<std::string>& fp16_keys();
+const std::vector<std::string>& bf16_keys();
+
+/// Implemented keys followed by the default-only ones.
+std::vector<std::string> all_keys(const std::vector<std::string>& implemented,
+                                  const std::vector<DefaultOnlyKey>& default_only);
+
+/// Checks one default-only key of `view` (absent and "auto" are accepted).
+void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec);
+
+/// The section path ("" = top level) other than `except_path` where `key` is known, for
+/// "did you mean" on a misplaced key (e.g. "aio" inside zero_optimization); nullopt if none.
+std::optional<std::string> section_knowing(const std::string& key,
+                                           const std::string& except_path);
+
+}  // namespace zero::config_detail

@@ -1,0 +1,299 @@
+#include "config/reader.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "config/keys.h"
+#include "zero/error.h"
+
+namespace zero::config_detail {
+
+namespace {
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+const char* type_name(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float: return "a number";
+    default: return "an unsupported JSON value";
+  }
+}
+
+// One open object or array while parsing, to detect duplicate keys and name their path.
+struct ParseFrame {
+  bool is_object = true;
+  std::set<std::string> keys;
+  std::string current_key;  // object: the key whose value is being read
+  size_t index = 0;         // array: index of the element being read
+};
+
+std::string frames_path(const std::vector<ParseFrame>& frames, size_t count) {
+  std::string path;
+  for (size_t i = 0; i < count; ++i) {
+    if (frames[i].is_object) {
+      path = join_path(path, frames[i].current_key);
+    } else {
+      path += '[';
+      path += std::to_string(frames[i].index);
+      path += ']';
+    }
+  }
+  return path;
+}
+
+// 1-based line and column of a byte offset (nlohmann's parse_error::byte is 1-based: the
+// position of the last character read).
+std::pair<size_t, size_t> line_and_column(const std::string& text, size_t byte) {
+  size_t line = 1, column = 1;
+  const size_t end = std::min(byte == 0 ? 0 : byte - 1, text.size());
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+}  // namespace
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> previous(b.size() + 1), current(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitute = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitute});
+    }
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string needle = lower(word);
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const std::string& candidate : candidates) {
+    const size_t distance = edit_distance(needle, lower(candidate));
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  if (best.empty()) return best;
+  // A plausible typo: at most max(2, length/4) edits, and fewer than half the characters.
+  const size_t length = std::max(needle.size(), best.size());
+  const size_t limit = std::max<size_t>(2, length / 4);
+  if (best_distance <= limit && 2 * best_distance < length) return best;
+  return {};
+}
+
+std::string join_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+
+std::string show(const Json& value) {
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  constexpr size_t kMax = 200;
+  if (text.size() > kMax) text = text.substr(0, kMax) + "...";
+  return text;
+}
+
+bool is_auto(const Json& value) { return value.is_string() && value.get_ref<const std::string&>() == "auto"; }
+
+void fail(const std::string& source, const std::string& message) {
+  throw Error(source + ": " + message);
+}
+
+Json parse_json_text(const std::string& text, const std::string& source) {
+  std::vector<ParseFrame> frames;
+  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) -> bool {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        frames.push_back(ParseFrame{true, {}, {}, 0});
+        break;
+      case Json::parse_event_t::array_start:
+        frames.push_back(ParseFrame{false, {}, {}, 0});
+        break;
+      case Json::parse_event_t::key: {
+        ZERO_INTERNAL_ASSERT(!frames.empty() && frames.back().is_object,
+                             "JSON key event outside an object");
+        ParseFrame& frame = frames.back();
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!frame.keys.insert(key).second) {
+          const std::string container = frames_path(frames, frames.size() - 1);
+          fail(source, "duplicate key '" + join_path(container, key) +
+                           "': a key may appear only once in an object (DeepSpeed rejects "
+                           "duplicate keys too)");
+        }
+        frame.current_key = key;
+        break;
+      }
+      case Json::parse_event_t::value:
+        if (!frames.empty() && !frames.back().is_object) ++frames.back().index;
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        ZERO_INTERNAL_ASSERT(!frames.empty(), "JSON end event without an open container");
+        frames.pop_back();
+        if (!frames.empty() && !frames.back().is_object) ++frames.back().index;
+        break;
+    }
+    return true;
+  };
+  try {
+    return Json::parse(text, callback, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const Json::parse_error& e) {
+    const auto [line, column] = line_and_column(text, e.byte);
+    std::ostringstream message;
+    message << "invalid JSON at line " << line << ", column " << column << " (byte " << e.byte
+            << "): " << e.what();
+    fail(source, message.str());
+  }
+}
+
+std::optional<int64_t> json_to_integer(const Json& value) {
+  if (value.is_number_unsigned()) {
+    const auto v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    // [-2^63, 2^63): the doubles that convert to int64 without overflow.
+    if (!std::isfinite(v) || v != std::floor(v) || v < -9223372036854775808.0 ||
+        v >= 9223372036854775808.0) {
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(v);
+  }
+  return std::nullopt;
+}
+
+ObjectView::ObjectView(const Json& object, std::string path, std::string source)
+    : object_(&object), path_(std::move(path)), source_(std::move(source)) {
+  if (!object.is_object()) {
+    if (path_.empty()) {
+      fail(source_, std::string("the config must be a JSON object; got ") + type_name(object) +
+                        " " + show(object));
+    }
+    fail(source_, path_ + " = " + show(object) + " is invalid; expected an object");
+  }
+}
+
+void ObjectView::check_keys(const std::vector<std::string>& known) const {
+  for (const auto& item : object_->items()) {
+    const std::string& key = item.key();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string message = "unknown key '" + key_path(key) + "'";
+    const std::string suggestion = closest_match(key, known);
+    if (!suggestion.empty()) {
+      message += "; did you mean '" + key_path(suggestion) + "'?";
+    } else {
+      const std::optional<std::string> section = section_knowing(key, path_);
+      const std::string here = path_.empty() ? "the top level" : "'" + path_ + "'";
+      if (section && section->empty()) {
+        message += "; '" + key + "' is a top-level key, not a key of " + here;
+      } else if (section) {
+        message += "; did you mean '" + join_path(*section, key) + "'? ('" + key +
+                   "' is a key of '" + *section + "', not of " + here + ")";
+      } else if (known.size() <= 16) {
+        message += "; known keys:";
+        for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : " ") + known[i];
+      }
+    }
+    fail(source_, message);
+  }
+}
+
+const Json* ObjectView::raw(const std::string& key) const {
+  auto it = object_->find(key);
+  return it == object_->end() ? nullptr : &*it;
+}
+
+const Json* ObjectView::given(const std::string& key) const {
+  const Json* value = raw(key);
+  return value == nullptr || is_auto(*value) ? nullptr : value;
+}
+
+bool ObjectView::get_bool(const std::string& key, bool fallback) const {
+  const Json* value = given(key);
+  if (value == nullptr) return fallback;
+  if (!value->is_boolean()) invalid(key, *value, "true or false");
+  return value->get<bool>();
+}
+
+std::optional<bool> ObjectView::get_optional_bool(const std::string& key) const {
+  const Json* value = given(key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  if (!value->is_boolean()) invalid(key, *value, "true, false or null");
+  return value->get<bool>();
+}
+
+double ObjectView::get_number(const std::string& key, double fallback, bool (*ok)(double),
+                              const char* expected) const {
+  const Json* value = given(key);
+  if (value == nullptr) return fallback;
+  if (!value->is_number()) invalid(key, *value, expected);
+  const double v = value->get<double>();
+  if (!std::isfinite(v) || !ok(v)) invalid(key, *value, expected);
+  return v;
+}
+
+int64_t ObjectView::get_integer(const std::string& key, int64_t fallback, int64_t min,
+                                int64_t max, const char* expected) const {
+  const Json* value = given(key);
+  if (value == nullptr) return fallback;
+  const std::optional<int64_t> v = json_to_integer(*value);
+  if (!v || *v < min || *v > max) invalid(key, *value, expected);
+  return *v;
+}
+
+std::optional<int64_t> ObjectView::get_optional_integer(const std::string& key,
+                                                        const char* expected) const {
+  const Json* value = given(key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  const std::optional<int64_t> v = json_to_integer(*value);
+  if (!v) invalid(key, *value, expected);
+  return v;
+}
+
+std::optional<std::string> ObjectView::get_optional_string(const std::string& key,
+                                                           const char* expected) const {
+  const Json* value = given(key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  if (!value->is_string()) invalid(key, *value, expected);
+  return value->get<std::string>();
+}
+
+void ObjectView::invalid(const std::string& key, const Json& value,
+                         const std::string& expected) const {
+  fail(source_, key_path(key) + " = " + show(value) + " is invalid; expected " + expected);
+}
+
+void ObjectView::not_supported(const std::string& key, const Json& value,
+                               const std::string& allowed) const {
+  fail(source_, key_path(key) + " = " + show(value) + " is not supported yet; " + allowed);
+}
+
+}  // namespace zero::config_detail

@@ -1,0 +1,152 @@
+#include "engine_harness.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <sstream>
+#include <unordered_set>
+
+#include "zero/gpt2.h"
+
+namespace zero::test {
+
+ModelSpec mlp_spec() {
+  ModelSpec spec;
+  spec.name = "mlp";
+  spec.build = [] {
+    torch::manual_seed(1234);
+    auto model = std::make_shared<torch::nn::SequentialImpl>(
+        torch::nn::Linear(6, 11), torch::nn::Tanh(), torch::nn::Linear(11, 9), torch::nn::Tanh(),
+        torch::nn::Linear(9, 5));
+    return std::static_pointer_cast<torch::nn::Module>(model);
+  };
+  spec.batch = [](int64_t step, int64_t rows) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+    at::Tensor x = at::randn({rows, 6}, generator);
+    at::Tensor y = at::randn({rows, 5}, generator);
+    return std::make_pair(x, y);
+  };
+  spec.loss = [](torch::nn::Module& model, const at::Tensor& x, const at::Tensor& y) {
+    auto& sequential = dynamic_cast<torch::nn::SequentialImpl&>(model);
+    at::Tensor out = sequential.forward(x.to(sequential.parameters()[0].scalar_type()));
+    return at::mse_loss(out.to(at::kFloat), y);
+  };
+  return spec;
+}
+
+ModelSpec tiny_gpt2_spec() {
+  ModelSpec spec;
+  spec.name = "gpt2";
+  spec.build = [] {
+    torch::manual_seed(4321);
+    gpt2::GPT2Config config;
+    config.vocab_size = 97;
+    config.n_positions = 16;
+    config.n_embd = 32;
+    config.n_layer = 2;
+    config.n_head = 4;
+    return std::static_pointer_cast<torch::nn::Module>(std::make_shared<gpt2::GPT2Impl>(config));
+  };
+  spec.batch = [](int64_t step, int64_t rows) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(2000 + step);
+    at::Tensor tokens = at::randint(0, 97, {rows, 17}, generator);
+    return std::make_pair(tokens.narrow(1, 0, 16).contiguous(), tokens.narrow(1, 1, 16).contiguous());
+  };
+  spec.loss = [](torch::nn::Module& model, const at::Tensor& x, const at::Tensor& y) {
+    auto& gpt = dynamic_cast<gpt2::GPT2Impl&>(model);
+    return gpt.loss(gpt.forward(x), y);
+  };
+  return spec;
+}
+
+std::string make_config_json(const RunOptions& o) {
+  std::ostringstream json;
+  json << "{\"train_micro_batch_size_per_gpu\": " << o.micro_batch
+       << ", \"gradient_accumulation_steps\": " << o.gradient_accumulation_steps
+       << ", \"gradient_clipping\": " << o.gradient_clipping
+       << ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " << o.lr
+       << ", \"weight_decay\": " << o.weight_decay << "}}";
+  if (o.dtype == "bf16") json << ", \"bf16\": {\"enabled\": true}";
+  if (o.dtype == "fp16") json << ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}";
+  if (!o.extra_top_json.empty()) json << ", " << o.extra_top_json;
+  json << ", \"zero_optimization\": {\"stage\": " << o.stage
+       << ", \"reduce_bucket_size\": " << o.reduce_bucket_size
+       << ", \"allgather_bucket_size\": " << o.allgather_bucket_size;
+  if (!o.extra_zero_json.empty()) json << ", " << o.extra_zero_json;
+  json << "}}";
+  return json.str();
+}
+
+at::Tensor flatten_parameters(torch::nn::Module& model) {
+  std::vector<at::Tensor> pieces;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : model.parameters()) {
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    pieces.push_back(p.detach().reshape({-1}).to(at::kFloat));
+  }
+  return at::cat(pieces);
+}
+
+double relative_error(const at::Tensor& a, const at::Tensor& b) {
+  const double denominator = b.to(at::kDouble).norm().item<double>();
+  const double numerator = (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>();
+  return denominator == 0 ? numerator : numerator / denominator;
+}
+
+RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
+                     const std::shared_ptr<Communicator>& comm) {
+  RunResult result;
+  result.model = spec.build();
+  const Config config = parse_config(make_config_json(options), comm->size(), "test config");
+  result.engine = initialize(result.model, config, comm);
+  Engine& engine = *result.engine;
+  const int world = comm->size();
+  const int64_t mbs = options.micro_batch;
+  const int gas = options.gradient_accumulation_steps;
+  for (int step = 0; step < options.steps; ++step) {
+    auto [x, y] = spec.batch(options.fixed_batch ? 0 : step, world * mbs * gas);
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < gas; ++micro) {
+      const int64_t row = (static_cast<int64_t>(micro) * world + comm->rank()) * mbs;
+      at::Tensor loss = spec.loss(*result.model, x.narrow(0, row, mbs), y.narrow(0, row, mbs));
+      loss_sum += loss.item<double>();
+      engine.backward(loss);
+      engine.step();
+    }
+    at::Tensor total = at::full({1}, loss_sum, at::kDouble);
+    comm->all_reduce(total, ReduceOp::kSum);
+    result.losses.push_back(total.item<double>() / (world * gas));
+    result.norms.push_back(engine.global_grad_norm());
+  }
+  result.parameters = flatten_parameters(*result.model);
+  return result;
+}
+
+RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int world_size) {
+  RunResult result;
+  result.model = spec.build();
+  torch::optim::AdamW optimizer(result.model->parameters(),
+                                torch::optim::AdamWOptions(options.lr)
+                                    .weight_decay(options.weight_decay));
+  const int64_t rows = world_size * options.micro_batch * options.gradient_accumulation_steps;
+  for (int step = 0; step < options.steps; ++step) {
+    auto [x, y] = spec.batch(options.fixed_batch ? 0 : step, rows);
+    optimizer.zero_grad();
+    at::Tensor loss = spec.loss(*result.model, x, y);
+    loss.backward();
+    double norm = 0;
+    if (options.gradient_clipping > 0) {
+      norm = torch::nn::utils::clip_grad_norm_(result.model->parameters(),
+                                               options.gradient_clipping);
+    }
+    optimizer.step();
+    result.losses.push_back(loss.item<double>());
+    result.norms.push_back(norm);
+  }
+  result.parameters = flatten_parameters(*result.model);
+  return result;
+}
+
+}  // namespace zero::test

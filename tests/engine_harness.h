@@ -1,0 +1,75 @@
+// Shared pieces of the engine tests: small models, deterministic data, a config builder, the
+// single-process libtorch reference, and a distributed run of the engine on the same data.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/comm.h"
+#include "zero/config.h"
+#include "zero/engine.h"
+
+namespace zero::test {
+
+/// A model plus how to compute its loss on rows [begin, end) of a global batch.
+struct ModelSpec {
+  std::string name;
+  std::function<std::shared_ptr<torch::nn::Module>()> build;  // same params for the same seed
+  // Deterministic global batch for a step: returns inputs and targets of `rows` samples.
+  std::function<std::pair<at::Tensor, at::Tensor>(int64_t step, int64_t rows)> batch;
+  std::function<at::Tensor(torch::nn::Module&, const at::Tensor&, const at::Tensor&)> loss;
+};
+
+/// MLP 6 -> 11 -> 9 -> 5 with tanh: 235 parameters, divisible by none of 2, 3, 4.
+ModelSpec mlp_spec();
+/// A GPT-2 (HF layout, tied lm_head) with vocab 97, context 16, 2 layers, 32 wide, 4 heads.
+ModelSpec tiny_gpt2_spec();
+
+struct RunOptions {
+  int stage = 0;
+  int gradient_accumulation_steps = 1;
+  int micro_batch = 2;
+  double gradient_clipping = 0.0;
+  std::string dtype = "fp32";       // fp32 | bf16 | fp16
+  std::string extra_zero_json;      // appended inside zero_optimization, e.g. "\"overlap_comm\": true"
+  std::string extra_top_json;       // appended at top level, e.g. "\"fp16\": {...}" overrides
+  int steps = 4;
+  double lr = 1e-3;
+  double weight_decay = 0.01;
+  int64_t reduce_bucket_size = 100;
+  int64_t allgather_bucket_size = 77;
+  bool fixed_batch = false;         // every step trains on step 0's batch (to see learning)
+};
+
+std::string make_config_json(const RunOptions& options);
+
+struct RunResult {
+  std::vector<double> losses;   // per optimizer step: mean loss over the global batch
+  std::vector<double> norms;    // engine's global grad norm per step
+  at::Tensor parameters;        // final parameters, flattened in named_parameters() order, fp32
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<torch::nn::Module> model;
+};
+
+/// Trains with the engine on every rank of `comm` (collective).
+RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
+                     const std::shared_ptr<Communicator>& comm);
+
+/// Plain libtorch: one process, the whole global batch per step, torch::optim::AdamW,
+/// torch::nn::utils::clip_grad_norm_.
+RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int world_size);
+
+/// Parameters flattened in named_parameters() order (shared ones once), as fp32.
+at::Tensor flatten_parameters(torch::nn::Module& model);
+
+/// ||a - b|| / ||b||.
+double relative_error(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace zero::test

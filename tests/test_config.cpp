@@ -1,0 +1,560 @@
+// parse_config / load_config: DeepSpeed JSON, the batch-triple solver, strict validation and
+// the messages users see (docs/config.md).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "zero/config.h"
+#include "zero/error.h"
+
+namespace zero {
+namespace {
+
+constexpr const char* kSource = "ds_config.json";
+
+// A minimal valid config plus `extra` top-level members.
+std::string with(const std::string& extra) {
+  std::string text = R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"})";
+  if (!extra.empty()) text += ", " + extra;
+  return text + "}";
+}
+
+// The message of the zero::Error that parsing throws, or "<no error>".
+std::string error_of(const std::string& text, int world_size = 1) {
+  try {
+    parse_config(text, world_size, kSource);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(Config, Defaults) {
+  const Config c = parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "Adam"}})", 1);
+  EXPECT_EQ(c.train_batch_size, 8);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 8);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.world_size, 1);
+  EXPECT_EQ(c.source, "<string>");
+  EXPECT_EQ(c.gradient_clipping, 0.0);
+  // DeepSpeed: "Adam" means AdamW (adam_w_mode defaults to true).
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.0);
+  EXPECT_TRUE(c.optimizer.bias_correction);
+  EXPECT_EQ(c.param_dtype, c10::ScalarType::Float);
+  EXPECT_EQ(c.communication_dtype, c10::ScalarType::Float);
+  // Documented fp16 defaults (not DeepSpeed's silent 2^32 / hysteresis 1).
+  EXPECT_TRUE(c.loss_scale.dynamic);
+  EXPECT_EQ(c.loss_scale.initial_scale_power, 16);
+  EXPECT_EQ(c.loss_scale.scale_window, 1000);
+  EXPECT_EQ(c.loss_scale.hysteresis, 2);
+  EXPECT_FALSE(c.loss_scale.consecutive_hysteresis);
+  EXPECT_DOUBLE_EQ(c.loss_scale.min_loss_scale, 1.0);
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 500000000);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  EXPECT_TRUE(c.zero_optimization.contiguous_gradients);
+  EXPECT_TRUE(c.zero_optimization.reduce_scatter);
+  EXPECT_TRUE(c.zero_optimization.allgather_partitions);
+}
+
+TEST(Config, DeepSpeedExample) {
+  const std::string text = R"({
+    "train_batch_size": 16,
+    "gradient_accumulation_steps": 4,
+    "optimizer": {"type": "AdamW", "params": {"lr": 5e-5}},
+    "fp16": {"enabled": true},
+    "zero_optimization": {
+      "stage": 2,
+      "allgather_partitions": true,
+      "allgather_bucket_size": 2e8,
+      "reduce_scatter": true,
+      "reduce_bucket_size": 2e8,
+      "overlap_comm": true
+    }
+  })";
+  const Config c = parse_config(text, 2, kSource);
+  EXPECT_EQ(c.train_batch_size, 16);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 2);
+  EXPECT_EQ(c.gradient_accumulation_steps, 4);
+  EXPECT_EQ(c.world_size, 2);
+  EXPECT_EQ(c.source, kSource);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 5e-5);
+  EXPECT_EQ(c.param_dtype, c10::ScalarType::Half);
+  EXPECT_EQ(c.communication_dtype, c10::ScalarType::Half);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 200000000);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 200000000);
+  EXPECT_TRUE(c.zero_optimization.overlap_comm);
+  EXPECT_TRUE(c.zero_optimization.reduce_scatter);
+}
+
+struct TripleCase {
+  const char* name;
+  const char* keys;  // batch members of the JSON object
+  int world_size;
+  int64_t tbs, mbs, gas;
+};
+
+TEST(Config, BatchTripleSolver) {
+  const std::vector<TripleCase> cases = {
+      {"all three", R"("train_batch_size": 24, "train_micro_batch_size_per_gpu": 3,
+                       "gradient_accumulation_steps": 2)", 4, 24, 3, 2},
+      {"tbs+mbs", R"("train_batch_size": 24, "train_micro_batch_size_per_gpu": 3)", 4, 24, 3, 2},
+      {"tbs+gas", R"("train_batch_size": 24, "gradient_accumulation_steps": 2)", 4, 24, 3, 2},
+      {"mbs+gas", R"("train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2)", 4,
+       24, 3, 2},
+      {"tbs only", R"("train_batch_size": 24)", 4, 24, 6, 1},
+      {"mbs only", R"("train_micro_batch_size_per_gpu": 3)", 4, 12, 3, 1},
+      {"auto is unset", R"("train_batch_size": "auto", "train_micro_batch_size_per_gpu": 3,
+                           "gradient_accumulation_steps": "auto")", 2, 6, 3, 1},
+      {"null is unset", R"("train_batch_size": 12, "train_micro_batch_size_per_gpu": null,
+                           "gradient_accumulation_steps": 3)", 2, 12, 2, 3},
+      {"integral float", R"("train_batch_size": 1.6e1, "gradient_accumulation_steps": 2.0)", 1,
+       16, 8, 2},
+      {"world 1", R"("train_batch_size": 7)", 1, 7, 7, 1},
+  };
+  for (const TripleCase& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    const std::string text =
+        std::string("{") + tc.keys + R"(, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})";
+    const Config c = parse_config(text, tc.world_size);
+    EXPECT_EQ(c.train_batch_size, tc.tbs);
+    EXPECT_EQ(c.train_micro_batch_size_per_gpu, tc.mbs);
+    EXPECT_EQ(c.gradient_accumulation_steps, tc.gas);
+  }
+}
+
+TEST(Config, Optimizers) {
+  Config c = parse_config(with(R"("gradient_clipping": 1.0)"), 1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "adam", "params": {
+      "lr": 0.01, "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.1,
+      "bias_correction": false, "adam_w_mode": false, "amsgrad": false, "torch_adam": false}}})",
+                   1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdam);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.01);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_FALSE(c.optimizer.bias_correction);
+
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "ADAMW",
+      "params": {"adam_w_mode": true}}})", 1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdamW);
+
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {
+      "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4}}})", 1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kSGD);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.1);
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.dampening, 0.0);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 1e-4);
+  EXPECT_TRUE(c.optimizer.nesterov);
+}
+
+TEST(Config, Precision) {
+  Config c = parse_config(with(R"("bf16": {"enabled": true})"), 1);
+  EXPECT_EQ(c.param_dtype, c10::ScalarType::BFloat16);
+  EXPECT_EQ(c.communication_dtype, c10::ScalarType::BFloat16);
+
+  c = parse_config(with(R"("bfloat16": {"enabled": true}, "communication_data_type": "FP32")"), 1);
+  EXPECT_EQ(c.param_dtype, c10::ScalarType::BFloat16);
+  EXPECT_EQ(c.communication_dtype, c10::ScalarType::Float);
+
+  c = parse_config(with(R"("fp16": {"enabled": true, "loss_scale": 128, "hysteresis": 3,
+      "initial_scale_power": 12, "loss_scale_window": 500, "min_loss_scale": 0.5,
+      "consecutive_hysteresis": true}, "communication_data_type": "bf16")"), 1);
+  EXPECT_EQ(c.param_dtype, c10::ScalarType::Half);
+  EXPECT_EQ(c.communication_dtype, c10::ScalarType::BFloat16);
+  EXPECT_FALSE(c.loss_scale.dynamic);
+  EXPECT_DOUBLE_EQ(c.loss_scale.static_scale, 128.0);
+  EXPECT_EQ(c.loss_scale.hysteresis, 3);
+  EXPECT_EQ(c.loss_scale.initial_scale_power, 12);
+  EXPECT_EQ(c.loss_scale.scale_window, 500);
+  EXPECT_DOUBLE_EQ(c.loss_scale.min_loss_scale, 0.5);
+  EXPECT_TRUE(c.loss_scale.consecutive_hysteresis);
+
+  // fp16 present but disabled: fp32 parameters, the loss-scale keys are still validated.
+  c = parse_config(with(R"("fp16": {"enabled": false, "loss_scale": 0}, "bf16": {"enabled": false})"), 1);
+  EXPECT_EQ(c.param_dtype, c10::ScalarType::Float);
+}
+
+TEST(Config, LegacyZeroForm) {
+  Config c = parse_config(with(R"("zero_optimization": true, "allgather_size": 1000)"), 1);
+  EXPECT_EQ(c.zero_optimization.stage, 1);
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 1000);
+  c = parse_config(with(R"("zero_optimization": false)"), 1);
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+}
+
+// A config that spells out DeepSpeed defaults (and Hugging Face "auto" values) everywhere runs.
+TEST(Config, SpelledOutDefaultsAreAccepted) {
+  const std::string text = R"({
+    // comments are allowed, as with DeepSpeed's hjson loader
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "optimizer": {"type": "AdamW", "legacy_fusion": false,
+                  "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto",
+                             "set_grad_none": true}},
+    "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000,
+             "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1, "auto_cast": false},
+    "bf16": {"enabled": false, "immediate_grad_update": false},
+    "communication_data_type": null,
+    "zero_optimization": {
+      "stage": 2, "offload_optimizer": {"device": "none", "pin_memory": true},
+      "offload_param": null, "allgather_partitions": true, "allgather_bucket_size": 5e8,
+      "overlap_comm": null, "reduce_scatter": true, "reduce_bucket_size": "auto",
+      "contiguous_gradients": true, "round_robin_gradients": false, "cpu_offload": false,
+      "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": 1e5,
+      "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+      "stage3_model_persistence_threshold": 9223372036854775807, "sub_group_size": 1e9,
+      "stage3_gather_16bit_weights_on_model_save": false, "use_multi_rank_bucket_allreduce": true,
+      "load_from_fp32_weights": true, "ignore_unused_parameters": true,
+      "zero_hpz_partition_size": 1, "zero_quantized_weights": false, "mics_shard_size": -1,
+      "memory_efficient_linear": true
+    },
+    "steps_per_print": null,
+    "wall_clock_breakdown": false,
+    "prescale_gradients": false,
+    "gradient_predivide_factor": 1.0,
+    "zero_allow_untested_optimizer": false,
+    "checkpoint": {"tag_validation": "warn", "parallel_write": {}},
+    "aio": {"block_size": 1048576, "queue_depth": 8, "single_submit": false},
+    "activation_checkpointing": {"partition_activations": false, "number_checkpoints": null},
+    "tensorboard": {"enabled": false, "output_path": "logs/"},
+    "wandb": {}, "csv_monitor": null, "amp": {"enabled": false, "opt_level": "O1"},
+    "flops_profiler": {"enabled": false}, "scheduler": null, "data_types": {}
+  })";
+  const Config c = parse_config(text, 2, kSource);
+  EXPECT_EQ(c.train_batch_size, 8);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_EQ(c.param_dtype, c10::ScalarType::Float);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+}
+
+TEST(Config, EffectiveJson) {
+  const Config a = parse_config(with(R"("zero_optimization": {"stage": 1}, "fp16": {"enabled": true})"), 2);
+  EXPECT_EQ(a.effective_json,
+            R"({"bf16":{"enabled":false,"immediate_grad_update":false},)"
+            R"("communication_data_type":"fp16",)"
+            R"("fp16":{"auto_cast":false,"consecutive_hysteresis":false,"enabled":true,)"
+            R"("fp16_master_weights_and_grads":false,"hysteresis":2,"initial_scale_power":16,)"
+            R"("loss_scale":0.0,"loss_scale_window":1000,"min_loss_scale":1.0},)"
+            R"("gradient_accumulation_steps":1,"gradient_clipping":0.0,)"
+            R"("optimizer":{"params":{"adam_w_mode":true,"betas":[0.9,0.999],)"
+            R"("bias_correction":true,"eps":1e-08,"lr":0.001,"weight_decay":0.0},"type":"AdamW"},)"
+            R"("train_batch_size":8,"train_micro_batch_size_per_gpu":4,)"
+            R"("zero_optimization":{"allgather_bucket_size":500000000,"allgather_partitions":true,)"
+            R"("contiguous_gradients":true,"overlap_comm":false,"reduce_bucket_size":500000000,)"
+            R"("reduce_scatter":true,"stage":1}})");
+  // The effective JSON is itself a config that parses to the same effective JSON.
+  EXPECT_EQ(parse_config(a.effective_json, 2).effective_json, a.effective_json);
+  // Equivalent configs have the same canonical form ("Adam" is AdamW by default; the triple
+  // can be given in any solvable way).
+  const Config b = parse_config(R"({"train_micro_batch_size_per_gpu": 4,
+      "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1},
+      "fp16": {"enabled": true, "hysteresis": 2}})", 2);
+  EXPECT_EQ(b.effective_json, a.effective_json);
+  const Config sgd = parse_config(
+      R"({"train_batch_size": 4, "optimizer": {"type": "sgd", "params": {"lr": 0.5}}})", 1);
+  EXPECT_EQ(parse_config(sgd.effective_json, 1).effective_json, sgd.effective_json);
+  EXPECT_NE(sgd.effective_json.find(R"("type":"SGD")"), std::string::npos);
+  const Config adam = parse_config(
+      R"({"train_batch_size": 4, "optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})", 1);
+  EXPECT_EQ(parse_config(adam.effective_json, 1).optimizer.type, OptimizerType::kAdam);
+}
+
+struct InvalidCase {
+  const char* name;
+  std::string text;
+  int world_size;
+  std::vector<std::string> expected;  // substrings of the message
+};
+
+TEST(Config, InvalidConfigsNameKeyAndValue) {
+  const std::string sgd_no_lr =
+      R"({"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {"momentum": 0.9}}})";
+  const std::vector<InvalidCase> cases = {
+      // unknown and misplaced keys
+      {"top-level typo", with(R"("zero_optimizaton": {"stage": 1})"), 1,
+       {"unknown key 'zero_optimizaton'", "did you mean 'zero_optimization'?"}},
+      {"nested typo", with(R"("zero_optimization": {"stagee": 1})"), 1,
+       {"unknown key 'zero_optimization.stagee'", "did you mean 'zero_optimization.stage'?"}},
+      {"misplaced top-level key", with(R"("zero_optimization": {"aio": {}})"), 1,
+       {"unknown key 'zero_optimization.aio'", "'aio' is a top-level key"}},
+      {"fp16 key under bf16", with(R"("bf16": {"enabled": true, "loss_scale": 0})"), 1,
+       {"unknown key 'bf16.loss_scale'", "'fp16.loss_scale'"}},
+      {"stage at top level", with(R"("stage": 2)"), 1,
+       {"unknown key 'stage'", "did you mean 'zero_optimization.stage'?"}},
+      {"offload at the top level", with(R"("offload_optimizer": {"device": "none"})"), 1,
+       {"unknown key 'offload_optimizer'", "did you mean 'zero_optimization.offload_optimizer'?"}},
+      {"disabled section not an object", with(R"("tensorboard": true)"), 1,
+       {"tensorboard = true is invalid", "{\"enabled\": false}"}},
+      {"docs-only grad_hooks", with(R"("zero_optimization": {"grad_hooks": true})"), 1,
+       {"unknown key 'zero_optimization.grad_hooks'"}},
+      {"optimizer params typo",
+       R"({"train_batch_size": 4, "optimizer": {"type": "Adam", "params": {"weight_decy": 0.1}}})",
+       1, {"unknown key 'optimizer.params.weight_decy'", "'optimizer.params.weight_decay'"}},
+      {"SGD with betas",
+       R"({"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {"lr": 1, "betas": [0.9, 0.9]}}})",
+       1, {"unknown key 'optimizer.params.betas'"}},
+      {"checkpoint typo", with(R"("checkpoint": {"tag_validaton": "Warn"})"), 1,
+       {"unknown key 'checkpoint.tag_validaton'", "'checkpoint.tag_validation'"}},
+      {"offload typo", with(R"("zero_optimization": {"offload_optimizer": {"devic": "none"}})"), 1,
+       {"unknown key 'zero_optimization.offload_optimizer.devic'",
+        "'zero_optimization.offload_optimizer.device'"}},
+      // zero_optimization values
+      {"stage 4", with(R"("zero_optimization": {"stage": 4})"), 1,
+       {"zero_optimization.stage = 4 is invalid", "0, 1, 2"}},
+      {"stage 3", with(R"("zero_optimization": {"stage": 3})"), 1,
+       {"zero_optimization.stage = 3 is not supported yet", "0, 1, 2"}},
+      {"stage string", with(R"("zero_optimization": {"stage": "2"})"), 1,
+       {"zero_optimization.stage = \"2\" is invalid", "integer"}},
+      {"fractional bucket", with(R"("zero_optimization": {"reduce_bucket_size": 1.5})"), 1,
+       {"zero_optimization.reduce_bucket_size = 1.5", "integer"}},
+      {"zero bucket", with(R"("zero_optimization": {"allgather_bucket_size": 0})"), 1,
+       {"zero_optimization.allgather_bucket_size = 0", "> 0"}},
+      {"allgather_partitions false", with(R"("zero_optimization": {"allgather_partitions": false})"), 1,
+       {"zero_optimization.allgather_partitions = false is not supported yet"}},
+      {"overlap_comm string", with(R"("zero_optimization": {"overlap_comm": "yes"})"), 1,
+       {"zero_optimization.overlap_comm = \"yes\"", "true, false or null"}},
+      {"offload to cpu", with(R"("zero_optimization": {"offload_optimizer": {"device": "cpu"}})"), 1,
+       {"zero_optimization.offload_optimizer.device = \"cpu\" is not supported yet", "\"none\""}},
+      {"non-default stage3 key",
+       with(R"("zero_optimization": {"stage3_param_persistence_threshold": 1e6})"), 1,
+       {"zero_optimization.stage3_param_persistence_threshold = 1000000.0 is not supported yet",
+        "100000"}},
+      {"ZeRO++", with(R"("zero_optimization": {"zero_quantized_gradients": true})"), 1,
+       {"zero_optimization.zero_quantized_gradients = true is not supported yet"}},
+      {"legacy cpu_offload", with(R"("zero_optimization": {"cpu_offload": true})"), 1,
+       {"zero_optimization.cpu_offload = true is not supported yet"}},
+      {"zero_optimization number", with(R"("zero_optimization": 2)"), 1,
+       {"zero_optimization = 2 is invalid", "legacy"}},
+      {"allgather_size without legacy form", with(R"("allgather_size": 1000)"), 1,
+       {"allgather_size = 1000", "zero_optimization.allgather_bucket_size"}},
+      // batch triple
+      {"triple mismatch",
+       R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 3,
+           "gradient_accumulation_steps": 1, "optimizer": {"type": "Adam"}})", 2,
+       {"train_batch_size 16 is not equal to train_micro_batch_size_per_gpu 3 * "
+        "gradient_accumulation_steps 1 * world size 2 = 6"}},
+      {"no batch size", R"({"optimizer": {"type": "Adam"}})", 1,
+       {"one of train_batch_size or train_micro_batch_size_per_gpu is required"}},
+      {"only gas", R"({"gradient_accumulation_steps": 4, "optimizer": {"type": "Adam"}})", 1,
+       {"one of train_batch_size or train_micro_batch_size_per_gpu is required",
+        "gradient_accumulation_steps 4"}},
+      {"tbs not divisible by world", R"({"train_batch_size": 10, "optimizer": {"type": "Adam"}})",
+       4, {"train_batch_size 10 is not divisible by world size 4"}},
+      {"tbs not divisible by world*gas",
+       R"({"train_batch_size": 12, "gradient_accumulation_steps": 4, "optimizer": {"type": "Adam"}})",
+       2, {"train_batch_size 12 is not divisible by world size 2 * gradient_accumulation_steps 4 = 8"}},
+      {"tbs not divisible by mbs*world",
+       R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 3, "optimizer": {"type": "Adam"}})",
+       2, {"train_batch_size 16 is not divisible by train_micro_batch_size_per_gpu 3 * world size 2 = 6"}},
+      {"tbs zero", R"({"train_batch_size": 0, "optimizer": {"type": "Adam"}})", 1,
+       {"train_batch_size = 0 is invalid", "> 0"}},
+      {"mbs negative", R"({"train_micro_batch_size_per_gpu": -1, "optimizer": {"type": "Adam"}})", 1,
+       {"train_micro_batch_size_per_gpu = -1 is invalid"}},
+      {"tbs string", R"({"train_batch_size": "16", "optimizer": {"type": "Adam"}})", 1,
+       {"train_batch_size = \"16\" is invalid", "integer"}},
+      {"gas fractional", R"({"train_batch_size": 16, "gradient_accumulation_steps": 2.5, "optimizer": {"type": "Adam"}})", 1,
+       {"gradient_accumulation_steps = 2.5 is invalid"}},
+      // top-level scalars
+      {"negative clipping", with(R"("gradient_clipping": -1)"), 1,
+       {"gradient_clipping = -1 is invalid", ">= 0"}},
+      {"clipping string", with(R"("gradient_clipping": "1.0")"), 1,
+       {"gradient_clipping = \"1.0\" is invalid"}},
+      // optimizer
+      {"missing optimizer", R"({"train_batch_size": 8})", 1,
+       {"'optimizer' section is required"}},
+      {"missing optimizer type", R"({"train_batch_size": 8, "optimizer": {"params": {}}})", 1,
+       {"optimizer.type is required", "Adam, AdamW, SGD"}},
+      {"Lamb", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})", 1,
+       {"optimizer.type = \"Lamb\" is not supported yet", "Adam, AdamW, SGD"}},
+      {"typo in type", R"({"train_batch_size": 8, "optimizer": {"type": "Adamm"}})", 1,
+       {"optimizer.type = \"Adamm\" is invalid", "did you mean 'Adam'?"}},
+      {"torch optimizer", R"({"train_batch_size": 8, "optimizer": {"type": "RMSprop"}})", 1,
+       {"optimizer.type = \"RMSprop\" is invalid", "Adam, AdamW, SGD"}},
+      {"max_grad_norm",
+       R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})", 1,
+       {"optimizer.params.max_grad_norm = 1.0", "gradient_clipping"}},
+      {"beta out of range",
+       R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}}})", 1,
+       {"optimizer.params.betas = [0.9,1.0] is invalid", "[0, 1)"}},
+      {"eps zero", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"eps": 0}}})", 1,
+       {"optimizer.params.eps = 0 is invalid", "> 0"}},
+      {"negative weight decay",
+       R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"weight_decay": -0.1}}})", 1,
+       {"optimizer.params.weight_decay = -0.1 is invalid"}},
+      {"lr string", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": "1e-3"}}})", 1,
+       {"optimizer.params.lr = \"1e-3\" is invalid"}},
+      {"amsgrad", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"amsgrad": true}}})", 1,
+       {"optimizer.params.amsgrad = true is not supported yet"}},
+      {"torch_adam", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"torch_adam": true}}})", 1,
+       {"optimizer.params.torch_adam = true is not supported yet"}},
+      {"AdamW without adam_w_mode",
+       R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})", 1,
+       {"optimizer.params.adam_w_mode = false contradicts optimizer.type \"AdamW\""}},
+      {"legacy_fusion", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "legacy_fusion": true}})", 1,
+       {"optimizer.legacy_fusion = true is not supported yet"}},
+      {"SGD without lr", sgd_no_lr, 1, {"optimizer.params.lr is required for SGD"}},
+      {"nesterov without momentum",
+       R"({"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {"lr": 0.1, "nesterov": true}}})", 1,
+       {"optimizer.params.nesterov = true requires momentum > 0 and dampening 0", "momentum 0.0"}},
+      // precision
+      {"fp16 and bf16", with(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})"), 1,
+       {"fp16.enabled and bf16.enabled are both true"}},
+      {"bf16 and bfloat16", with(R"("bf16": {"enabled": true}, "bfloat16": {"enabled": true})"), 1,
+       {"both 'bf16' and its alias 'bfloat16'"}},
+      {"fp16 enabled string", with(R"("fp16": {"enabled": "true"})"), 1,
+       {"fp16.enabled = \"true\" is invalid", "true or false"}},
+      {"auto_cast", with(R"("fp16": {"enabled": true, "auto_cast": true})"), 1,
+       {"fp16.auto_cast = true is not supported yet"}},
+      {"fp16 master weights", with(R"("fp16": {"fp16_master_weights_and_grads": true})"), 1,
+       {"fp16.fp16_master_weights_and_grads = true is not supported yet"}},
+      {"negative loss scale", with(R"("fp16": {"loss_scale": -1})"), 1,
+       {"fp16.loss_scale = -1 is invalid"}},
+      {"hysteresis zero", with(R"("fp16": {"hysteresis": 0})"), 1,
+       {"fp16.hysteresis = 0 is invalid", ">= 1"}},
+      {"scale power too large", with(R"("fp16": {"initial_scale_power": 100})"), 1,
+       {"fp16.initial_scale_power = 100 is invalid", "[0, 63]"}},
+      {"min loss scale zero", with(R"("fp16": {"min_loss_scale": 0})"), 1,
+       {"fp16.min_loss_scale = 0 is invalid"}},
+      {"bf16 immediate update", with(R"("bf16": {"enabled": true, "immediate_grad_update": true})"), 1,
+       {"bf16.immediate_grad_update = true is not supported yet"}},
+      {"communication dtype", with(R"("communication_data_type": "fp8")"), 1,
+       {"communication_data_type = \"fp8\" is invalid", "\"fp32\", \"fp16\", \"bf16\""}},
+      // other DeepSpeed keys: only their defaults
+      {"steps_per_print", with(R"("steps_per_print": 100)"), 1,
+       {"steps_per_print = 100 is not supported yet", "null"}},
+      {"wall_clock_breakdown", with(R"("wall_clock_breakdown": true)"), 1,
+       {"wall_clock_breakdown = true is not supported yet"}},
+      {"prescale_gradients", with(R"("prescale_gradients": true)"), 1,
+       {"prescale_gradients = true is not supported yet", "reduce_scatter"}},
+      {"gradient_predivide_factor", with(R"("gradient_predivide_factor": 2.0)"), 1,
+       {"gradient_predivide_factor = 2.0 is not supported yet"}},
+      {"tensorboard enabled", with(R"("tensorboard": {"enabled": true, "output_path": "x"})"), 1,
+       {"tensorboard.enabled = true is not supported yet"}},
+      {"section without enabled", with(R"("wandb": {"project": "p"})"), 1,
+       {"wandb = {\"project\":\"p\"} is not supported yet", "\"enabled\": false"}},
+      {"amp enabled", with(R"("amp": {"enabled": true})"), 1,
+       {"amp.enabled = true is not supported yet"}},
+      {"scheduler", with(R"("scheduler": {"type": "WarmupLR", "params": {}})"), 1,
+       {"scheduler = {\"params\":{},\"type\":\"WarmupLR\"} is not supported yet"}},
+      {"checkpoint tag validation", with(R"("checkpoint": {"tag_validation": "Fail"})"), 1,
+       {"checkpoint.tag_validation = \"Fail\" is not supported yet", "\"Warn\""}},
+      {"activation checkpointing", with(R"("activation_checkpointing": {"partition_activations": true})"), 1,
+       {"activation_checkpointing.partition_activations = true is not supported yet"}},
+      {"grad accum dtype", with(R"("data_types": {"grad_accum_dtype": "fp32"})"), 1,
+       {"data_types.grad_accum_dtype = \"fp32\" is not supported yet"}},
+      // JSON structure
+      {"duplicate nested key", with(R"("zero_optimization": {"stage": 1, "stage": 2})"), 1,
+       {"duplicate key 'zero_optimization.stage'"}},
+      {"duplicate top-level key", with(R"("train_batch_size": 8)"), 1,
+       {"duplicate key 'train_batch_size'"}},
+      {"syntax error", "{\n  \"train_batch_size\": 8,\n  \"optimizer\": {\"type\": \"Adam\",}\n}", 1,
+       {"invalid JSON at line 3", "parse error"}},
+      {"not an object", "[1, 2]", 1, {"the config must be a JSON object", "[1,2]"}},
+      {"world size", with(""), 0, {"world_size must be >= 1 (got 0)"}},
+  };
+  ASSERT_GE(cases.size(), 30u);
+  for (const InvalidCase& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    const std::string message = error_of(tc.text, tc.world_size);
+    EXPECT_EQ(message.rfind(std::string(kSource) + ": ", 0), 0u) << message;
+    for (const std::string& part : tc.expected) {
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "message: " << message << "\nexpected to contain: " << part;
+    }
+  }
+}
+
+class ConfigFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("zero_test_config_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const std::filesystem::path path = dir_ / name;
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigFiles, MissingFile) {
+  const std::string path = (dir_ / "missing.json").string();
+  try {
+    load_config(path, 1);
+    FAIL() << "no error for a missing file";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
+  }
+}
+
+TEST_F(ConfigFiles, SyntaxError) {
+  const std::string path = write("bad.json", "{\n  \"train_batch_size\": 8\n  \"optimizer\": {}\n}\n");
+  try {
+    load_config(path, 1);
+    FAIL() << "no error for a syntax error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(path + ": invalid JSON at line 3", 0), 0u) << message;
+    EXPECT_NE(message.find("byte"), std::string::npos) << message;
+  }
+}
+
+TEST_F(ConfigFiles, ValidFile) {
+  const std::string path = write("ds_config.json", with(R"("zero_optimization": {"stage": 2})"));
+  const Config c = load_config(path, 2);
+  EXPECT_EQ(c.source, path);
+  EXPECT_EQ(c.world_size, 2);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  // Errors in a file name the file.
+  const std::string bad = write("bad_stage.json", with(R"("zero_optimization": {"stage": 5})"));
+  try {
+    load_config(bad, 1);
+    FAIL() << "no error for stage 5";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(bad + ": zero_optimization.stage = 5", 0), 0u) << e.what();
+  }
+}
+
+TEST_F(ConfigFiles, Directory) {
+  try {
+    load_config(dir_.string(), 1);
+    FAIL() << "no error for a directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir_.string()), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zero

@@ -1,0 +1,220 @@
+// Engine behaviour beyond fp32 equivalence: mixed precision and loss scaling, model-state
+// memory per the ZeRO formulas, communication volume, start-up agreement, misuse errors.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "engine_harness.h"
+#include "test_util.h"
+#include "zero/error.h"
+#include "zero/gpt2.h"
+#include "zero/memory.h"
+#include "zero/shard.h"
+
+namespace zero::test {
+namespace {
+
+// bf16 and fp16 training on the same data tracks the fp32 loss curve.
+TEST(MixedPrecision, Bf16AndFp16TrackFp32LossCurve) {
+  auto comm = world();
+  RunOptions options;
+  options.stage = 2;
+  options.steps = 12;
+  options.lr = 3e-3;
+  options.micro_batch = 4;
+  options.fixed_batch = true;
+  const ModelSpec spec = tiny_gpt2_spec();
+  const RunResult fp32 = run_engine(spec, options, comm);
+  EXPECT_LT(fp32.losses.back(), fp32.losses.front() - 0.05) << "fp32 run did not learn";
+  for (const char* dtype : {"bf16", "fp16"}) {
+    SCOPED_TRACE(dtype);
+    options.dtype = dtype;
+    const RunResult run = run_engine(spec, options, comm);
+    ASSERT_EQ(run.losses.size(), fp32.losses.size());
+    for (size_t s = 0; s < run.losses.size(); ++s) {
+      EXPECT_NEAR(run.losses[s], fp32.losses[s], 0.02 * fp32.losses[s]) << "step " << s;
+    }
+    EXPECT_EQ(run.engine->skipped_steps(), 0);
+    EXPECT_EQ(run.engine->model_state_bytes().master_params > 0, true);
+  }
+}
+
+// An overflow on one rank skips the step on every rank and lowers the scale (hysteresis 1:
+// halves at once; the default hysteresis 2 first spends one unit).
+TEST(MixedPrecision, InjectedFp16OverflowSkipsStepOnEveryRank) {
+  auto comm = world();
+  for (int hysteresis : {1, 2}) {
+    SCOPED_TRACE("hysteresis " + std::to_string(hysteresis));
+    RunOptions options;
+    options.stage = 2;
+    options.dtype = "fp16";
+    options.extra_top_json.clear();
+    auto model = mlp_spec().build();
+    std::string json = make_config_json(options);
+    json.replace(json.find("\"initial_scale_power\": 8"), 24,
+                 "\"initial_scale_power\": 8, \"hysteresis\": " + std::to_string(hysteresis));
+    const Config config = parse_config(json, comm->size(), "test config");
+    auto engine = initialize(model, config, comm);
+    const ModelSpec spec = mlp_spec();
+    const int victim = comm->size() - 1;
+    for (int step = 0; step < 3; ++step) {
+      auto [x, y] = spec.batch(step, 2);
+      at::Tensor loss = spec.loss(*model, x, y);
+      if (step == 1 && comm->rank() == victim) loss = loss * std::numeric_limits<float>::infinity();
+      const at::Tensor before = flatten_parameters(*model);
+      const double scale_before = engine->loss_scale();
+      engine->backward(loss);
+      engine->step();
+      const at::Tensor after = flatten_parameters(*model);
+      if (step == 1) {
+        EXPECT_TRUE(at::equal(before, after)) << "the overflowing step must not update";
+        EXPECT_EQ(engine->skipped_steps(), 1);
+        EXPECT_EQ(engine->loss_scale(), hysteresis == 1 ? scale_before / 2 : scale_before);
+      } else {
+        EXPECT_FALSE(at::equal(before, after));
+      }
+    }
+    EXPECT_EQ(engine->global_steps(), 2);
+  }
+}
+
+// Model-state bytes per rank follow the ZeRO paper for 16-bit params with Adam:
+// 16, 4 + 12/N and 2 + 14/N bytes per (padded) parameter for stages 0, 1, 2.
+TEST(Memory, ModelStateBytesFollowZeroFormulas) {
+  auto comm = world();
+  const int n = comm->size();
+  for (int stage = 0; stage <= 2; ++stage) {
+    RunOptions options;
+    options.stage = stage;
+    options.dtype = "bf16";
+    options.steps = 1;
+    const RunResult run = run_engine(tiny_gpt2_spec(), options, comm);
+    const ShardLayout layout = shard_layout(run.engine->num_parameters(), n, 64);
+    const int64_t p = layout.padded_numel;
+    const ModelStateBytes bytes = run.engine->model_state_bytes();
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    EXPECT_EQ(bytes.params, 2 * p);
+    EXPECT_EQ(bytes.grads, stage < 2 ? 2 * p : 2 * p / n);
+    EXPECT_EQ(bytes.master_params, stage == 0 ? 4 * p : 4 * p / n);
+    EXPECT_EQ(bytes.optimizer_state, stage == 0 ? 8 * p : 8 * p / n);
+    const int64_t expected_total = stage == 0 ? 16 * p : stage == 1 ? 4 * p + 12 * p / n
+                                                                    : 2 * p + 14 * p / n;
+    EXPECT_EQ(bytes.total(), expected_total);
+  }
+}
+
+// Stage 2 keeps no full-size gradient after backward: measured with a counting allocator.
+TEST(Memory, Stage2KeepsNoFullGradientAfterBackward) {
+  track_host_memory();
+  auto comm = world();
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    RunOptions options;
+    options.stage = stage;
+    options.reduce_bucket_size = 2000;  // several buckets: the full model is ~57k elements
+    auto model = tiny_gpt2_spec().build();
+    auto engine = initialize(model, parse_config(make_config_json(options), comm->size(), "t"), comm);
+    const int64_t full_grad_bytes = engine->num_parameters() * 4;
+    const ModelSpec spec = tiny_gpt2_spec();
+    for (int step = 0; step < 2; ++step) {
+      auto [x, y] = spec.batch(step, 2);
+      const int64_t before = host_memory_stats().allocated_bytes;
+      engine->backward(spec.loss(*model, x, y));
+      const int64_t after = host_memory_stats().allocated_bytes;
+      // Stage 1 presets .grad as views of its persistent flat buffer (allocated at start-up);
+      // stage 2 drops every gradient once copied into a bucket: neither grows by a full copy.
+      EXPECT_LT(after - before, full_grad_bytes / 4) << "step " << step;
+      for (const auto& p : model->parameters()) {
+        if (stage == 2) EXPECT_FALSE(p.grad().defined());
+      }
+      engine->step();
+    }
+    const ModelStateBytes bytes = engine->model_state_bytes();
+    if (stage == 2) {
+      EXPECT_LT(bytes.grads, full_grad_bytes / comm->size() + 64 * 4);
+    } else {
+      EXPECT_GE(bytes.grads, full_grad_bytes);
+    }
+  }
+}
+
+// Counted bytes per step for stages 1 and 2 equal reduce-scatter + all-gather: (N-1)/N of the
+// padded buffer each; stage 0 moves the same through its all-reduce (RS + AG per bucket).
+TEST(Communication, BytesPerStepEqualReduceScatterPlusAllGather) {
+  auto comm = world();
+  const int n = comm->size();
+  for (const char* dtype : {"fp32", "bf16"}) {
+    for (int stage = 0; stage <= 2; ++stage) {
+      SCOPED_TRACE(std::string(dtype) + " stage " + std::to_string(stage));
+      RunOptions options;
+      options.stage = stage;
+      options.dtype = dtype;
+      auto model = tiny_gpt2_spec().build();
+      auto engine =
+          initialize(model, parse_config(make_config_json(options), n, "t"), comm);
+      const ModelSpec spec = tiny_gpt2_spec();
+      const ShardLayout layout = shard_layout(engine->num_parameters(), n, 64);
+      const int64_t element = std::string(dtype) == "fp32" ? 4 : 2;
+      const int64_t moved = (layout.padded_numel - layout.shard_numel) * element;
+      for (int step = 0; step < 2; ++step) {
+        const CommStats before = engine->communication();
+        auto [x, y] = spec.batch(step, 2);
+        engine->backward(spec.loss(*model, x, y));
+        engine->step();
+        const CommStats after = engine->communication();
+        EXPECT_EQ(after.reduce_scatter.bytes - before.reduce_scatter.bytes, moved);
+        EXPECT_EQ(after.all_gather.bytes - before.all_gather.bytes, moved);
+        EXPECT_EQ(after.broadcast.bytes, before.broadcast.bytes);
+        // The only other traffic: the 8-byte global norm.
+        EXPECT_LE(after.all_reduce.bytes - before.all_reduce.bytes, 16);
+      }
+    }
+  }
+}
+
+TEST(StartUp, RanksThatDisagreeFailTogetherNamingTheRank) {
+  auto comm = world();
+  if (comm->size() == 1) GTEST_SKIP() << "needs two ranks";
+  const int odd_rank = comm->size() - 1;
+  gpt2::GPT2Config config;
+  config.vocab_size = 97;
+  config.n_positions = 16;
+  config.n_embd = 32;
+  config.n_layer = comm->rank() == odd_rank ? 3 : 2;
+  config.n_head = 4;
+  auto model = std::make_shared<gpt2::GPT2Impl>(config);
+  RunOptions options;
+  try {
+    initialize(model, parse_config(make_config_json(options), comm->size(), "t"), comm);
+    ADD_FAILURE() << "initialize accepted ranks with different models";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("rank " + std::to_string(odd_rank)), std::string::npos) << message;
+    EXPECT_NE(message.find("transformer.h."), std::string::npos) << message;
+  }
+}
+
+TEST(Misuse, PlainLossBackwardIsRejected) {
+  auto comm = world();
+  RunOptions options;
+  auto model = mlp_spec().build();
+  auto engine = initialize(model, parse_config(make_config_json(options), comm->size(), "t"), comm);
+  auto [x, y] = mlp_spec().batch(0, 2);
+  at::Tensor loss = mlp_spec().loss(*model, x, y);
+  try {
+    loss.backward();
+    ADD_FAILURE() << "loss.backward() outside the engine was accepted";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("engine.backward"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Misuse, ConfigSolvedForAnotherWorldSizeIsRejected) {
+  auto comm = world();
+  RunOptions options;
+  const Config wrong = parse_config(make_config_json(options), comm->size() + 1, "t");
+  EXPECT_THROW(initialize(mlp_spec().build(), wrong, comm), Error);
+}
+
+}  // namespace
+}  // namespace zero::test
