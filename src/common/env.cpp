@@ -24,7 +24,7 @@ int64_t read_positive_int(const char* name, int64_t default_value) {
 }  // namespace
 
 int64_t ring_segment_bytes() {
-  static const int64_t value = read_positive_int("ZERO_RING_SEGMENT_BYTES", int64_t{4} << 20);
+  static const int64_t value = read_positive_int("ZERO_RING_SEGMENT_BYTES", int64_t{256} << 10);
   return value;
 }
 

@@ -6,8 +6,9 @@
 
 namespace zero::env {
 
-/// ZERO_RING_SEGMENT_BYTES: largest message of the MPI ring collectives (default 4 MiB; buckets
-/// of at most 4 MiB stay in cache, see docs/benchmarks.md).
+/// ZERO_RING_SEGMENT_BYTES: largest message of the MPI ring collectives (default 256 KiB: the
+/// fastest ring reduce-scatter for 1-64 MiB buffers on the 2-core benchmark machine, where a
+/// received segment stays in L2 for the add; see docs/benchmarks.md, "Collectives").
 int64_t ring_segment_bytes();
 
 }  // namespace zero::env

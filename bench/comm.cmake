@@ -1,0 +1,7 @@
+# Collective benchmarks: run under mpirun by hand (not a ctest); results in docs/benchmarks.md.
+add_executable(bench_collectives ${CMAKE_CURRENT_SOURCE_DIR}/bench_collectives.cpp)
+target_compile_options(bench_collectives PRIVATE ${ZERO_WARNINGS})
+# OMPI_SKIP_MPICXX: see the top-level CMakeLists.txt. The baselines call MPI directly.
+target_compile_definitions(bench_collectives PRIVATE OMPI_SKIP_MPICXX=1)
+target_include_directories(bench_collectives PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(bench_collectives PRIVATE zero MPI::MPI_C)

@@ -1,0 +1,546 @@
+// The MPI backend of zero::Communicator for CPU tensors.
+//
+// Schedules (see docs/benchmarks.md, "Collectives", for the measurements behind them):
+//   reduce_scatter  ring of MPI_Sendrecv + our own add (Note [Deterministic ring reduction]).
+//                   MPI_Reduce_scatter(_block) is several times slower on OpenMPI 4.1 and
+//                   has no bf16/fp16 sum; MPI_Allreduce/MPI_Reduce_scatter do not promise a
+//                   rank order either.
+//   all_gather      MPI_Allgatherv in place (a segmented Sendrecv ring once the output
+//                   exceeds MpiOptions::max_message_bytes, since MPI counts and displacements
+//                   are int).
+//   all_reduce      the ring reduce-scatter over a balanced split, then all_gather: bitwise
+//                   identical results on every rank, same summation order as reduce_scatter.
+//   broadcast       MPI_Bcast, in pieces of at most max_message_bytes.
+//
+// Thread safety: one thread at a time may run collectives on an instance (MPI is initialized
+// with MPI_THREAD_MULTIPLE where available; MPI_THREAD_SERIALIZED is accepted, which is all
+// that rule needs). stats() and reset_stats() may be called from any thread at any time.
+//
+// Errors: the communicator runs on its own duplicate of MPI_COMM_WORLD with
+// MPI_ERRORS_RETURN, so an MPI failure becomes a zero::Error naming the op, the rank, the
+// world size, the element counts, the dtype and MPI's error string. Argument errors are
+// detected before any communication; they are zero::Errors too. When only some ranks fail,
+// the others may be left waiting inside the collective: all ranks must make the same calls.
+#include "comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "comm/reduce_kernels.h"
+#include "common/env.h"
+#include "zero/error.h"
+
+namespace zero {
+namespace comm {
+namespace {
+
+constexpr int kRingTag = 0x2e70;
+
+std::string mpi_error_string(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) return "error code " + std::to_string(rc);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+// Initializes MPI on first use unless the program did, and finalizes it at exit in that case.
+// A function-local static: constructed before the first communicator finishes construction,
+// hence destroyed after every communicator that lives in a static. Communicators destroyed
+// later than this skip MPI_Comm_free (see ~MpiCommunicator).
+class MpiRuntime {
+ public:
+  static void ensure_initialized() { static MpiRuntime runtime; }
+
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  ~MpiRuntime() {
+    if (!initialized_here_) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+
+ private:
+  MpiRuntime() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    ZERO_CHECK(!finalized,
+               "make_mpi_communicator: MPI has already been finalized by the program; create "
+               "communicators before MPI_Finalize");
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    int provided = MPI_THREAD_SINGLE;
+    if (!initialized) {
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      ZERO_CHECK(rc == MPI_SUCCESS, "make_mpi_communicator: MPI_Init_thread failed: ",
+                 mpi_error_string(rc));
+      initialized_here_ = true;
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+      if (initialized_here_) MPI_Finalize();
+      ZERO_CHECK(false, "make_mpi_communicator: MPI provides thread level ", provided,
+                 " but zero needs at least MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED,
+                 "; MPI_THREAD_MULTIPLE is ", MPI_THREAD_MULTIPLE,
+                 "): the engine may call MPI from its communication thread. ",
+                 initialized ? "Initialize MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE)."
+                             : "Use an MPI library built with thread support.");
+    }
+  }
+
+  bool initialized_here_ = false;
+};
+
+bool copyable_dtype(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kFloat:
+    case c10::kDouble:
+    case c10::kBFloat16:
+    case c10::kHalf:
+    case c10::kByte:
+    case c10::kChar:
+    case c10::kShort:
+    case c10::kInt:
+    case c10::kLong:
+    case c10::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::byte* bytes_of(const at::Tensor& t) {
+  return static_cast<std::byte*>(t.mutable_data_ptr());
+}
+
+bool overlaps(const std::byte* a, int64_t a_bytes, const std::byte* b, int64_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  return a < b + b_bytes && b < a + a_bytes;
+}
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+
+// What one call was asked to do, for error messages (built only when an error is reported).
+struct Call {
+  const char* op;
+  const at::Tensor* input = nullptr;   // reduce_scatter/all_gather input; all_reduce/broadcast buffer
+  const at::Tensor* output = nullptr;
+  const std::vector<int64_t>* counts = nullptr;
+  bool has_root = false;
+  int root = 0;
+};
+
+void describe_tensor(std::ostringstream& out, const char* name, const at::Tensor* t) {
+  out << "; " << name << ": ";
+  if (!t->defined()) {
+    out << "undefined";
+    return;
+  }
+  out << t->numel() << " elements of " << c10::toString(t->scalar_type());
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const MpiOptions& options) {
+    ZERO_CHECK(options.ring_segment_bytes > 0, "make_mpi_communicator: ring_segment_bytes must "
+               "be positive, got ", options.ring_segment_bytes);
+    ZERO_CHECK(options.max_message_bytes > 0 && options.max_message_bytes <= INT_MAX,
+               "make_mpi_communicator: max_message_bytes must be in [1, ", INT_MAX, "], got ",
+               options.max_message_bytes);
+    // Ring messages are also bounded by max_message_bytes: their byte count is an int.
+    segment_bytes_ = std::min(options.ring_segment_bytes, options.max_message_bytes);
+    max_message_bytes_ = options.max_message_bytes;
+    ring_all_gather_ = options.ring_all_gather;
+
+    MpiRuntime::ensure_initialized();
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    ZERO_CHECK(rc == MPI_SUCCESS, "make_mpi_communicator: MPI_Comm_dup(MPI_COMM_WORLD) failed: ",
+               mpi_error_string(rc));
+    rc = MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(comm_, &rank_);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm_, &size_);
+    if (rc != MPI_SUCCESS) {
+      MPI_Comm_free(&comm_);
+      ZERO_CHECK(false, "make_mpi_communicator: setting up the communicator failed: ",
+                 mpi_error_string(rc));
+    }
+    counts_.resize(static_cast<size_t>(size_));
+    offsets_.resize(static_cast<size_t>(size_));
+    mpi_counts_.resize(static_cast<size_t>(size_));
+    mpi_displs_.resize(static_cast<size_t>(size_));
+  }
+
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "mpi"; }
+
+  void all_reduce(const at::Tensor& buffer, ReduceOp op) override {
+    const Call call{"all_reduce", &buffer};
+    check_tensor(call, buffer, "buffer", /*reduction=*/true);
+    const int64_t numel = buffer.numel();
+    const int64_t es = buffer.element_size();
+    // Ownership: a balanced split, the first numel % N ranks own one element more.
+    const int64_t base = numel / size_;
+    const int64_t extra = numel % size_;
+    for (int c = 0; c < size_; ++c) counts_[c] = base + (c < extra ? 1 : 0);
+    set_offsets();
+    if (size_ > 1 && numel > 0) {
+      std::byte* data = bytes_of(buffer);
+      ring_reduce_scatter(call, data, buffer.scalar_type(), es, op,
+                          data + offsets_[rank_] * es);
+      all_gather_in_place(call, data, es);
+    }
+    const int64_t moved = size_ > 1 ? 2 * (numel - counts_[rank_]) * es : 0;
+    count(&CommStats::all_reduce, moved);
+  }
+
+  void reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                      const std::vector<int64_t>& counts) override {
+    const Call call{"reduce_scatter", &input, &output, &counts};
+    check_tensor(call, input, "input", /*reduction=*/true);
+    check_tensor(call, output, "output", /*reduction=*/true);
+    check_same_dtype(call, input, output);
+    set_counts(call, counts, output.numel());
+    ZERO_CHECK(input.numel() == total_, describe(call), ": input must hold sum(counts) = ",
+               total_, " elements, got ", input.numel());
+    ZERO_CHECK(output.numel() == counts_[rank_], describe(call), ": output must hold counts[",
+               rank_, "] = ", counts_[rank_], " elements, got ", output.numel());
+    const int64_t es = input.element_size();
+    std::byte* in = bytes_of(input);
+    std::byte* own = in + offsets_[rank_] * es;
+    std::byte* out = bytes_of(output);
+    const int64_t own_bytes = counts_[rank_] * es;
+    ZERO_CHECK(own_bytes == 0 || out == own || !overlaps(out, own_bytes, in, total_ * es),
+               describe(call), ": output overlaps input but is not input's own chunk ", rank_,
+               " (elements [", offsets_[rank_], ", ", offsets_[rank_] + counts_[rank_],
+               ")); in place, output must be exactly that chunk");
+
+    if (size_ > 1) {
+      ring_reduce_scatter(call, in, input.scalar_type(), es, op, out);
+    } else if (own_bytes > 0 && out != own) {
+      std::memcpy(out, own, static_cast<size_t>(own_bytes));
+    }
+    count(&CommStats::reduce_scatter, size_ > 1 ? (total_ - counts_[rank_]) * es : 0);
+  }
+
+  void all_gather(const at::Tensor& input, const at::Tensor& output,
+                  const std::vector<int64_t>& counts) override {
+    const Call call{"all_gather", &input, &output, &counts};
+    check_tensor(call, input, "input", /*reduction=*/false);
+    check_tensor(call, output, "output", /*reduction=*/false);
+    check_same_dtype(call, input, output);
+    set_counts(call, counts, input.numel());
+    ZERO_CHECK(output.numel() == total_, describe(call), ": output must hold sum(counts) = ",
+               total_, " elements, got ", output.numel());
+    ZERO_CHECK(input.numel() == counts_[rank_], describe(call), ": input must hold counts[",
+               rank_, "] = ", counts_[rank_], " elements, got ", input.numel());
+    const int64_t es = output.element_size();
+    std::byte* out = bytes_of(output);
+    std::byte* own = out + offsets_[rank_] * es;
+    const std::byte* in = bytes_of(input);
+    const int64_t own_bytes = counts_[rank_] * es;
+    ZERO_CHECK(own_bytes == 0 || in == own || !overlaps(in, own_bytes, out, total_ * es),
+               describe(call), ": input overlaps output but is not output's own chunk ", rank_,
+               " (elements [", offsets_[rank_], ", ", offsets_[rank_] + counts_[rank_],
+               ")); in place, input must be exactly that chunk");
+
+    if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
+    if (size_ > 1) all_gather_in_place(call, out, es);
+    count(&CommStats::all_gather, size_ > 1 ? (total_ - counts_[rank_]) * es : 0);
+  }
+
+  void broadcast(const at::Tensor& buffer, int root) override {
+    Call call{"broadcast", &buffer};
+    call.has_root = true;
+    call.root = root;
+    check_tensor(call, buffer, "buffer", /*reduction=*/false);
+    ZERO_CHECK(root >= 0 && root < size_, describe(call), ": root must be in [0, ", size_,
+               "), got ", root);
+    const int64_t bytes = buffer.numel() * buffer.element_size();
+    if (size_ > 1) {
+      std::byte* data = bytes_of(buffer);
+      for (int64_t done = 0; done < bytes; done += max_message_bytes_) {
+        const int piece = static_cast<int>(std::min(max_message_bytes_, bytes - done));
+        check_mpi(call, MPI_Bcast(data + done, piece, MPI_BYTE, root, comm_), "MPI_Bcast");
+      }
+    }
+    count(&CommStats::broadcast, size_ > 1 && rank_ != root ? bytes : 0);
+  }
+
+  void barrier() override {
+    const Call call{"barrier"};
+    check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier");
+  }
+
+  CommStats stats() const override {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    return stats_;
+  }
+
+  void reset_stats() override {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_ = CommStats{};
+  }
+
+ private:
+  // ---- validation ----------------------------------------------------------------------
+
+  std::string describe(const Call& call) const {
+    std::ostringstream out;
+    out << call.op << " (" << backend_name() << ", rank " << rank_ << " of world size "
+        << size_;
+    if (call.input != nullptr) {
+      describe_tensor(out, call.output != nullptr ? "input" : "buffer", call.input);
+    }
+    if (call.output != nullptr) describe_tensor(out, "output", call.output);
+    if (call.counts != nullptr) {
+      out << "; counts ";
+      if (call.counts->empty()) {
+        out << "{} (equal chunks)";
+      } else {
+        out << "{";
+        const size_t shown = std::min<size_t>(call.counts->size(), 16);
+        for (size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << (*call.counts)[i];
+        if (shown < call.counts->size()) out << ", ... (" << call.counts->size() << " in all)";
+        out << "}";
+      }
+    }
+    if (call.has_root) out << "; root " << call.root;
+    out << ")";
+    return out.str();
+  }
+
+  void check_tensor(const Call& call, const at::Tensor& t, const char* name,
+                    bool reduction) const {
+    ZERO_CHECK(t.defined(), describe(call), ": ", name, " is an undefined tensor");
+    ZERO_CHECK(t.device().is_cpu(), describe(call), ": ", name, " is on device ", t.device(),
+               "; the MPI communicator handles CPU tensors only");
+    ZERO_CHECK(t.layout() == c10::kStrided, describe(call), ": ", name, " has layout ",
+               t.layout(), "; only dense (strided) tensors are supported");
+    ZERO_CHECK(t.is_contiguous(), describe(call), ": ", name,
+               " is not contiguous (sizes ", t.sizes(), ", strides ", t.strides(),
+               "); collectives work on flat contiguous buffers");
+    if (reduction) {
+      ZERO_CHECK(is_reducible(t.scalar_type()), describe(call), ": ", name, " has dtype ",
+                 c10::toString(t.scalar_type()),
+                 "; reductions support Float, Double, BFloat16 and Half");
+    } else {
+      ZERO_CHECK(copyable_dtype(t.scalar_type()), describe(call), ": ", name, " has dtype ",
+                 c10::toString(t.scalar_type()),
+                 "; supported: Float, Double, BFloat16, Half, Byte, Char, Short, Int, Long, "
+                 "Bool");
+    }
+  }
+
+  void check_same_dtype(const Call& call, const at::Tensor& input,
+                        const at::Tensor& output) const {
+    ZERO_CHECK(input.scalar_type() == output.scalar_type(), describe(call),
+               ": input and output dtypes differ (", c10::toString(input.scalar_type()), " vs ",
+               c10::toString(output.scalar_type()), ")");
+  }
+
+  // Fills counts_/offsets_/total_ from `counts`, or N chunks of `chunk` elements when empty.
+  void set_counts(const Call& call, const std::vector<int64_t>& counts, int64_t chunk) {
+    if (counts.empty()) {
+      std::fill(counts_.begin(), counts_.end(), chunk);
+    } else {
+      ZERO_CHECK(counts.size() == static_cast<size_t>(size_), describe(call),
+                 ": counts must have one entry per rank (", size_, "), got ", counts.size());
+      for (int c = 0; c < size_; ++c) {
+        ZERO_CHECK(counts[c] >= 0, describe(call), ": counts[", c, "] = ", counts[c],
+                   " is negative");
+        counts_[c] = counts[c];
+      }
+    }
+    set_offsets();
+  }
+
+  void set_offsets() {
+    int64_t offset = 0;
+    for (int c = 0; c < size_; ++c) {
+      offsets_[c] = offset;
+      offset += counts_[c];
+    }
+    total_ = offset;
+  }
+
+  void check_mpi(const Call& call, int rc, const char* function) const {
+    if (rc == MPI_SUCCESS) return;
+    ZERO_CHECK(false, describe(call), ": ", function, " failed: ", mpi_error_string(rc));
+  }
+
+  void count(CollectiveCount CommStats::*which, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    (stats_.*which).calls += 1;
+    (stats_.*which).bytes += bytes;
+  }
+
+  // ---- schedules ---------------------------------------------------------------------------
+
+  int mod(int64_t x) const { return static_cast<int>(((x % size_) + size_) % size_); }
+
+  // Grow-only receive buffer, touched once when grown so the ring never page-faults in it.
+  std::byte* scratch(int64_t bytes) {
+    if (bytes > scratch_bytes_) {
+      const int64_t rounded = ceil_div(bytes, 4096) * 4096;
+      void* p = std::aligned_alloc(4096, static_cast<size_t>(rounded));
+      ZERO_CHECK(p != nullptr, "communicator: cannot allocate ", rounded,
+                 " bytes of receive scratch on rank ", rank_);
+      std::memset(p, 0, static_cast<size_t>(rounded));
+      scratch_.reset(static_cast<std::byte*>(p));
+      scratch_bytes_ = rounded;
+    }
+    return scratch_.get();
+  }
+
+  // Note [Deterministic ring reduction]: at step s = 0..N-2 rank r sends its working copy of
+  // chunk (r-s-1) mod N to rank r+1 and receives chunk (r-s-2) mod N from rank r-1, reducing
+  // the received partial into its own copy of that chunk. Chunk c therefore starts on rank
+  // c+1 and picks up the ranks' contributions in the order c+2, ..., c: element-wise, the
+  // result is ((x[c+1] + x[c+2]) + ...) + x[c] (each + is commutative, so it does not matter
+  // which operand is the received one). The last step (s = N-2) receives chunk r itself and
+  // writes the final sums straight to `result` (the output, or chunk r in place), which
+  // saves copying the result afterwards.
+  //
+  // Segmentation: every chunk is cut into messages of at most seg elements; segment k of
+  // step s is one MPI_Sendrecv, with MPI_PROC_NULL on the side that has run out of segments
+  // (chunks differ in size). Each element is still reduced exactly once per step, in the
+  // same step as without segmentation, so the order above is unchanged. Messages between two
+  // neighbours are matched in posting order; each rank's (step, segment) position only waits
+  // on neighbours at an earlier or equal position, so the schedule cannot deadlock.
+  void ring_reduce_scatter(const Call& call, std::byte* base, c10::ScalarType dtype,
+                           int64_t es, ReduceOp op, std::byte* result) {
+    const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
+    const int64_t largest = *std::max_element(counts_.begin(), counts_.end());
+    std::byte* recv = scratch(std::min(seg, largest) * es);
+    const int next = mod(rank_ + 1);
+    const int prev = mod(rank_ - 1);
+    for (int s = 0; s + 1 < size_; ++s) {
+      const int send_chunk = mod(rank_ - s - 1);
+      const int recv_chunk = mod(rank_ - s - 2);
+      const int64_t send_n = counts_[send_chunk];
+      const int64_t recv_n = counts_[recv_chunk];
+      const int64_t send_segs = ceil_div(send_n, seg);
+      const int64_t recv_segs = ceil_div(recv_n, seg);
+      std::byte* send_base = base + offsets_[send_chunk] * es;
+      std::byte* recv_base = base + offsets_[recv_chunk] * es;
+      std::byte* reduced = s + 2 == size_ ? result : recv_base;
+      for (int64_t k = 0; k < std::max(send_segs, recv_segs); ++k) {
+        const int64_t sn = k < send_segs ? std::min(seg, send_n - k * seg) : 0;
+        const int64_t rn = k < recv_segs ? std::min(seg, recv_n - k * seg) : 0;
+        check_mpi(call,
+                  MPI_Sendrecv(send_base + k * seg * es, static_cast<int>(sn * es), MPI_BYTE,
+                               k < send_segs ? next : MPI_PROC_NULL, kRingTag, recv,
+                               static_cast<int>(rn * es), MPI_BYTE,
+                               k < recv_segs ? prev : MPI_PROC_NULL, kRingTag, comm_,
+                               MPI_STATUS_IGNORE),
+                  "MPI_Sendrecv (ring reduce-scatter)");
+        reduce_to(op, dtype, reduced + k * seg * es, recv_base + k * seg * es, recv, rn);
+      }
+    }
+  }
+
+  // Chunk c of `base` (laid out by counts_/offsets_) is valid on rank c; afterwards every
+  // chunk is valid everywhere.
+  void all_gather_in_place(const Call& call, std::byte* base, int64_t es) {
+    if (total_ == 0) return;
+    if (!ring_all_gather_ && total_ * es <= max_message_bytes_) {
+      for (int c = 0; c < size_; ++c) {
+        mpi_counts_[c] = static_cast<int>(counts_[c] * es);
+        mpi_displs_[c] = static_cast<int>(offsets_[c] * es);
+      }
+      check_mpi(call,
+                MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, mpi_counts_.data(),
+                               mpi_displs_.data(), MPI_BYTE, comm_),
+                "MPI_Allgatherv");
+      return;
+    }
+    // Ring: at step s rank r forwards chunk (r-s) mod N to r+1 and receives chunk (r-s-1)
+    // mod N from r-1 straight into place; segmented like the reduce-scatter.
+    const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
+    const int next = mod(rank_ + 1);
+    const int prev = mod(rank_ - 1);
+    for (int s = 0; s + 1 < size_; ++s) {
+      const int send_chunk = mod(rank_ - s);
+      const int recv_chunk = mod(rank_ - s - 1);
+      const int64_t send_n = counts_[send_chunk];
+      const int64_t recv_n = counts_[recv_chunk];
+      const int64_t send_segs = ceil_div(send_n, seg);
+      const int64_t recv_segs = ceil_div(recv_n, seg);
+      std::byte* send_base = base + offsets_[send_chunk] * es;
+      std::byte* recv_base = base + offsets_[recv_chunk] * es;
+      for (int64_t k = 0; k < std::max(send_segs, recv_segs); ++k) {
+        const int64_t sn = k < send_segs ? std::min(seg, send_n - k * seg) : 0;
+        const int64_t rn = k < recv_segs ? std::min(seg, recv_n - k * seg) : 0;
+        check_mpi(call,
+                  MPI_Sendrecv(send_base + k * seg * es, static_cast<int>(sn * es), MPI_BYTE,
+                               k < send_segs ? next : MPI_PROC_NULL, kRingTag,
+                               recv_base + k * seg * es, static_cast<int>(rn * es), MPI_BYTE,
+                               k < recv_segs ? prev : MPI_PROC_NULL, kRingTag, comm_,
+                               MPI_STATUS_IGNORE),
+                  "MPI_Sendrecv (ring all-gather)");
+      }
+    }
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int64_t segment_bytes_ = 0;
+  int64_t max_message_bytes_ = 0;
+  bool ring_all_gather_ = false;
+
+  // Per-call layout, kept as members so that calls do not allocate.
+  std::vector<int64_t> counts_;
+  std::vector<int64_t> offsets_;
+  int64_t total_ = 0;
+  std::vector<int> mpi_counts_;
+  std::vector<int> mpi_displs_;
+
+  std::unique_ptr<std::byte, FreeDeleter> scratch_;
+  int64_t scratch_bytes_ = 0;
+
+  mutable std::mutex stats_mutex_;
+  CommStats stats_;
+};
+
+}  // namespace
+
+MpiOptions MpiOptions::from_env() {
+  MpiOptions options;
+  options.ring_segment_bytes = env::ring_segment_bytes();
+  return options;
+}
+
+std::shared_ptr<Communicator> make_mpi_communicator(const MpiOptions& options) {
+  return std::make_shared<MpiCommunicator>(options);
+}
+
+}  // namespace comm
+
+std::shared_ptr<Communicator> make_mpi_communicator() {
+  return comm::make_mpi_communicator(comm::MpiOptions::from_env());
+}
+
+}  // namespace zero

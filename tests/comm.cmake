@@ -1,0 +1,5 @@
+# Communicator tests: real multi-process runs under mpirun (1 to 4 ranks).
+zero_add_test(NAME test_comm SOURCES test_comm.cpp RANKS 1 2 3 4 TIMEOUT 300)
+# White-box parts (segmented ring, ring all-gather, the reduction kernels) use src/comm's
+# internal headers.
+target_include_directories(test_comm PRIVATE ${PROJECT_SOURCE_DIR}/src)
