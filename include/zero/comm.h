@@ -60,8 +60,8 @@ struct CommStats {
 /// (16-bit sums are computed in fp32 and rounded to the 16-bit type after each addition, as
 /// NCCL does); all_gather and broadcast also accept uint8 and integer types.
 /// Failures throw zero::Error naming the op, the rank, the element counts and the dtype.
-/// An instance may be used from one thread at a time (the engine's communication thread
-/// or the main thread, never both concurrently).
+/// Collectives may be called from one thread at a time (the engine's communication thread
+/// or the main thread, never both concurrently); stats() may be read from any thread.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -71,7 +71,9 @@ class Communicator {
   /// "mpi", "nccl", ... for messages and reports.
   virtual std::string backend_name() const = 0;
 
-  /// In place over all of `buffer`. Result bitwise identical on every rank.
+  /// In place over all of `buffer`: a reduce_scatter over a balanced split (the first
+  /// numel % N ranks own one extra element) followed by all_gather. Result bitwise identical
+  /// on every rank.
   virtual void all_reduce(const at::Tensor& buffer, ReduceOp op) = 0;
 
   /// `input` holds sum(counts) elements laid out as chunk 0 | chunk 1 | ... | chunk N-1 with
