@@ -2,6 +2,10 @@
 // dtypes, SDPA vs. a manual attention reference, input validation, and a training sanity check.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
+#include "test_util.h"
+
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
@@ -301,6 +305,10 @@ TEST(GPT2, SixteenBitDtypesTrain) {
   const auto targets = random_ids(2, 32, c.vocab_size);
   const double ref_loss = ref->loss(ref->forward(idx), targets).item<double>();
   for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+    if (dtype == at::kHalf && !zero::test::cpu_supports_half()) {
+      std::cout << "[ note ] fp16 part skipped: this libtorch has no fp16 CPU kernels\n";
+      continue;
+    }
     torch::manual_seed(0);
     GPT2 model(c);
     model->to(dtype);

@@ -123,7 +123,7 @@ bool copyable_dtype(c10::ScalarType dtype) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::byte* bytes_of(const at::Tensor& t) {
-  return static_cast<std::byte*>(t.mutable_data_ptr());
+  return static_cast<std::byte*>(t.data_ptr());
 }
 
 bool overlaps(const std::byte* a, int64_t a_bytes, const std::byte* b, int64_t b_bytes) {

@@ -22,7 +22,11 @@ class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
+#if TORCH_VERSION_MAJOR >= 2
   c10::DataPtr allocate(size_t bytes) override {
+#else
+  c10::DataPtr allocate(size_t bytes) const override {  // const before libtorch 2.0
+#endif
     c10::DataPtr inner = inner_->allocate(bytes);
     void* data = inner.get();
     if (data == nullptr) return inner;  // zero-byte allocations
@@ -59,13 +63,14 @@ class CountingAllocator final : public c10::Allocator {
  private:
   static void release(void* data);
 
+  // mutable: allocate() is const in libtorch 1.x.
   c10::Allocator* inner_;
-  std::atomic<c10::DeleterFnPtr> inner_deleter_{nullptr};
-  std::mutex mutex_;
-  std::unordered_map<void*, int64_t> sizes_;
-  std::atomic<int64_t> allocated_{0};
-  std::atomic<int64_t> peak_{0};
-  std::atomic<int64_t> allocations_{0};
+  mutable std::atomic<c10::DeleterFnPtr> inner_deleter_{nullptr};
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, int64_t> sizes_;
+  mutable std::atomic<int64_t> allocated_{0};
+  mutable std::atomic<int64_t> peak_{0};
+  mutable std::atomic<int64_t> allocations_{0};
 
 };
 
