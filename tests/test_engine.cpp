@@ -126,8 +126,8 @@ TEST(Memory, Stage2KeepsNoFullGradientAfterBackward) {
       // Stage 1 presets .grad as views of its persistent flat buffer (allocated at start-up);
       // stage 2 drops every gradient once copied into a bucket: neither grows by a full copy.
       EXPECT_LT(after - before, full_grad_bytes / 4) << "step " << step;
-      for (const auto& p : model->parameters()) {
-        if (stage == 2) EXPECT_FALSE(p.grad().defined());
+      if (stage == 2) {
+        for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
       }
       engine->step();
     }
