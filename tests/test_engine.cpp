@@ -220,3 +220,65 @@ TEST(Misuse, ConfigSolvedForAnotherWorldSizeIsRejected) {
 
 }  // namespace
 }  // namespace zero::test
+
+namespace zero::test {
+namespace {
+
+TEST(StartUp, ConfigsThatDisagreeNameTheKey) {
+  auto comm = world();
+  if (comm->size() == 1) GTEST_SKIP() << "needs two ranks";
+  RunOptions options;
+  options.stage = comm->rank() == 1 ? 2 : 1;
+  try {
+    initialize(mlp_spec().build(), parse_config(make_config_json(options), comm->size(), "t"),
+               comm);
+    ADD_FAILURE() << "initialize accepted ranks with different configs";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("rank 1"), std::string::npos) << message;
+    EXPECT_NE(message.find("zero_optimization.stage = 1"), std::string::npos) << message;
+    EXPECT_NE(message.find("zero_optimization.stage = 2"), std::string::npos) << message;
+  }
+}
+
+// A branch used by some ranks and not others in a step (conditional forward): no rank hangs,
+// the unused parameters count as zero gradients there, and all ranks stay identical.
+class TwoBranchImpl : public torch::nn::Module {
+ public:
+  TwoBranchImpl() {
+    a = register_module("a", torch::nn::Linear(4, 3));
+    b = register_module("b", torch::nn::Linear(4, 3));
+  }
+  at::Tensor forward(const at::Tensor& x, bool use_b) { return use_b ? a(x) + b(x) : a(x); }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+
+TEST(Backward, ParametersUnusedOnSomeRanksDoNotHang) {
+  auto comm = world();
+  for (int stage = 0; stage <= 2; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    torch::manual_seed(7);
+    auto model = std::make_shared<TwoBranchImpl>();
+    RunOptions options;
+    options.stage = stage;
+    options.reduce_bucket_size = 10;
+    auto engine = initialize(model, parse_config(make_config_json(options), comm->size(), "t"),
+                             comm);
+    for (int step = 0; step < 3; ++step) {
+      const bool use_b = (comm->rank() + step) % 2 == 0;
+      at::Tensor x = at::ones({2, 4}) * (step + 1);
+      engine->backward(model->forward(x, use_b).pow(2).mean());
+      engine->step();
+    }
+    const at::Tensor mine = flatten_parameters(*model);
+    at::Tensor all = at::empty({comm->size() * mine.numel()}, mine.options());
+    comm->all_gather(mine, all);
+    for (int r = 0; r < comm->size(); ++r) {
+      EXPECT_TRUE(at::equal(all.narrow(0, r * mine.numel(), mine.numel()), mine)) << "rank " << r;
+    }
+    EXPECT_EQ(engine->global_steps(), 3);
+  }
+}
+
+}  // namespace
+}  // namespace zero::test

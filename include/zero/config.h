@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zero {
 
@@ -86,6 +87,10 @@ struct Config {
 /// batch triple is solved against. `source` names the text in error messages.
 Config parse_config(const std::string& json_text, int world_size,
                     const std::string& source = "<string>");
+
+/// The effective config as "key.path = value" lines sorted by key path, e.g.
+/// "zero_optimization.stage = 2": for logs, and for naming the key on which ranks disagree.
+std::vector<std::string> effective_config_lines(const Config& config);
 
 /// Reads and parses a JSON file; a missing or unreadable file throws zero::Error naming it.
 Config load_config(const std::string& path, int world_size);

@@ -515,3 +515,21 @@ Config load_config(const std::string& path, int world_size) {
 }
 
 }  // namespace zero
+
+namespace zero {
+
+std::vector<std::string> effective_config_lines(const Config& config) {
+  const nlohmann::json flat = nlohmann::json::parse(config.effective_json).flatten();
+  std::vector<std::string> lines;
+  for (const auto& item : flat.items()) {
+    std::string key = item.key();  // a JSON pointer: "/zero_optimization/stage"
+    if (!key.empty() && key[0] == '/') key.erase(0, 1);
+    for (char& c : key) {
+      if (c == '/') c = '.';
+    }
+    lines.push_back(key + " = " + item.value().dump());
+  }
+  return lines;  // flatten() of a sorted object keeps the keys sorted
+}
+
+}  // namespace zero

@@ -313,8 +313,10 @@ void EngineImpl::collect_parameters() {
 
 void EngineImpl::check_ranks_agree() {
   std::ostringstream description;
-  description << "world size " << world_ << "\n"
-              << "config " << config_.effective_json << "\n";
+  description << "world size " << world_ << "\n";
+  for (const std::string& line : effective_config_lines(config_)) {
+    description << "config " << line << "\n";
+  }
   for (const auto& slot : slots_) {
     description << "parameter " << slot.name << " " << slot.param.sizes() << " "
                 << dtype_name(slot.param.scalar_type()) << "\n";
