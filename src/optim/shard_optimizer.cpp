@@ -27,8 +27,12 @@ struct AdamScalars {
   float step_size;         // lr / bias_correction1
 };
 
+// The loops are written once, force-inlined into per-ISA wrappers (adam_loop_* below) so the
+// compiler vectorizes each for its instruction set; the ISA is picked once per process. Results
+// are identical across ISAs because this file is compiled with -ffp-contract=off (see
+// CMakeLists.txt): no path fuses a multiply-add the others do not, and sqrt/div are exact.
 template <typename Grad, typename Param>
-void adam_kernel(float* master, const Grad* grad, Param* param_out, float* m, float* v,
+[[gnu::always_inline]] inline void adam_kernel(float* master, const Grad* grad, Param* param_out, float* m, float* v,
                  int64_t begin, int64_t end, const AdamScalars& s) {
   for (int64_t i = begin; i < end; ++i) {
     float p = master[i];
@@ -52,7 +56,7 @@ struct SgdScalars {
 };
 
 template <typename Grad, typename Param>
-void sgd_kernel(float* master, const Grad* grad, Param* param_out, float* buf, int64_t begin,
+[[gnu::always_inline]] inline void sgd_kernel(float* master, const Grad* grad, Param* param_out, float* buf, int64_t begin,
                 int64_t end, const SgdScalars& s) {
   for (int64_t i = begin; i < end; ++i) {
     float p = master[i];
@@ -65,6 +69,58 @@ void sgd_kernel(float* master, const Grad* grad, Param* param_out, float* buf, i
     p = p - s.lr * d;
     master[i] = p;
     if constexpr (!std::is_same_v<Param, void>) param_out[i] = static_cast<Param>(p);
+  }
+}
+
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+
+Isa detect_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c")) {
+      return Isa::kAvx512;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return Isa::kAvx2;
+    return Isa::kBaseline;
+  }();
+  return isa;
+}
+
+#define ZERO_DEFINE_LOOPS(SUFFIX, ATTRIBUTE)                                                   \
+  template <typename Grad, typename Param>                                                     \
+  ATTRIBUTE void adam_loop_##SUFFIX(float* master, const Grad* grad, Param* out, float* m,     \
+                                    float* v, int64_t begin, int64_t end,                      \
+                                    const AdamScalars& s) {                                    \
+    adam_kernel(master, grad, out, m, v, begin, end, s);                                       \
+  }                                                                                            \
+  template <typename Grad, typename Param>                                                     \
+  ATTRIBUTE void sgd_loop_##SUFFIX(float* master, const Grad* grad, Param* out, float* buf,    \
+                                   int64_t begin, int64_t end, const SgdScalars& s) {          \
+    sgd_kernel(master, grad, out, buf, begin, end, s);                                         \
+  }
+ZERO_DEFINE_LOOPS(baseline, )
+ZERO_DEFINE_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
+ZERO_DEFINE_LOOPS(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))))
+#undef ZERO_DEFINE_LOOPS
+
+template <typename Grad, typename Param>
+void adam_loop(float* master, const Grad* grad, Param* out, float* m, float* v, int64_t begin,
+               int64_t end, const AdamScalars& s) {
+  switch (detect_isa()) {
+    case Isa::kAvx512: return adam_loop_avx512(master, grad, out, m, v, begin, end, s);
+    case Isa::kAvx2: return adam_loop_avx2(master, grad, out, m, v, begin, end, s);
+    case Isa::kBaseline: return adam_loop_baseline(master, grad, out, m, v, begin, end, s);
+  }
+}
+
+template <typename Grad, typename Param>
+void sgd_loop(float* master, const Grad* grad, Param* out, float* buf, int64_t begin,
+              int64_t end, const SgdScalars& s) {
+  switch (detect_isa()) {
+    case Isa::kAvx512: return sgd_loop_avx512(master, grad, out, buf, begin, end, s);
+    case Isa::kAvx2: return sgd_loop_avx2(master, grad, out, buf, begin, end, s);
+    case Isa::kBaseline: return sgd_loop_baseline(master, grad, out, buf, begin, end, s);
   }
 }
 
@@ -136,7 +192,7 @@ void ShardOptimizer::step(const at::Tensor& master, const at::Tensor& grad,
     float* buf = exp_avg_.defined() ? exp_avg_.data_ptr<float>() : nullptr;
     dispatch_types(grad, param_out, [&](auto* g, auto* out) {
       at::parallel_for(0, numel_, kGrainSize, [&](int64_t begin, int64_t end) {
-        sgd_kernel(master_ptr, g, out, buf, begin, end, s);
+        sgd_loop(master_ptr, g, out, buf, begin, end, s);
       });
     });
     return;
@@ -161,7 +217,7 @@ void ShardOptimizer::step(const at::Tensor& master, const at::Tensor& grad,
   float* v = exp_avg_sq_.data_ptr<float>();
   dispatch_types(grad, param_out, [&](auto* g, auto* out) {
     at::parallel_for(0, numel_, kGrainSize, [&](int64_t begin, int64_t end) {
-      adam_kernel(master_ptr, g, out, m, v, begin, end, s);
+      adam_loop(master_ptr, g, out, m, v, begin, end, s);
     });
   });
 }
