@@ -3,3 +3,4 @@ zero_add_test(NAME test_comm SOURCES test_comm.cpp RANKS 1 2 3 4 TIMEOUT 300)
 # White-box parts (segmented ring, ring all-gather, the reduction kernels) use src/comm's
 # internal headers.
 target_include_directories(test_comm PRIVATE ${PROJECT_SOURCE_DIR}/src)
+zero_add_test(NAME test_comm_shared SOURCES test_comm_shared.cpp RANKS 1 2 3 4 TIMEOUT 300)

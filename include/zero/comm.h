@@ -95,6 +95,14 @@ class Communicator {
 
   virtual void barrier() = 0;
 
+  /// Collective: every rank allocates a zeroed buffer of `numel` elements of `dtype` (the same
+  /// numel and dtype on every rank, in the same call order). A backend may place it where
+  /// peers read it directly (MPI: POSIX shared memory when all ranks share one node), which
+  /// makes reduce_scatter with such inputs faster (Note [Shared-memory reduce-scatter] in
+  /// src/comm/shared_segments.h); otherwise it is an ordinary tensor. Results are bitwise the
+  /// same either way. Freeing the tensor is local, not collective.
+  virtual at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype) = 0;
+
   /// Counted since construction or the last reset_stats(). Note [Counting communicated bytes].
   virtual CommStats stats() const = 0;
   virtual void reset_stats() = 0;

@@ -4,7 +4,9 @@
 //   reduce_scatter  ring of MPI_Sendrecv + our own add (Note [Deterministic ring reduction]).
 //                   MPI_Reduce_scatter(_block) is several times slower on OpenMPI 4.1 and
 //                   has no bf16/fp16 sum; MPI_Allreduce/MPI_Reduce_scatter do not promise a
-//                   rank order either.
+//                   rank order either. When the input is a buffer from allocate_buffer and
+//                   all ranks share a node, each rank sums its chunk straight from the
+//                   peers' shared memory instead (Note [Shared-memory reduce-scatter]).
 //   all_gather      MPI_Allgatherv in place (a segmented Sendrecv ring once the output
 //                   exceeds MpiOptions::max_message_bytes, since MPI counts and displacements
 //                   are int).
@@ -25,9 +27,13 @@
 
 #include <mpi.h>
 
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/ScalarType.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +42,7 @@
 #include <utility>
 
 #include "comm/reduce_kernels.h"
+#include "comm/shared_segments.h"
 #include "common/env.h"
 #include "zero/error.h"
 
@@ -179,6 +186,7 @@ class MpiCommunicator final : public Communicator {
       ZERO_CHECK(false, "make_mpi_communicator: setting up the communicator failed: ",
                  mpi_error_string(rc));
     }
+    shared_ = std::make_unique<SharedSegments>(comm_, rank_, size_);
     counts_.resize(static_cast<size_t>(size_));
     offsets_.resize(static_cast<size_t>(size_));
     mpi_counts_.resize(static_cast<size_t>(size_));
@@ -186,6 +194,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   ~MpiCommunicator() override {
+    shared_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&comm_);
@@ -237,11 +246,28 @@ class MpiCommunicator final : public Communicator {
                ")); in place, output must be exactly that chunk");
 
     if (size_ > 1) {
-      ring_reduce_scatter(call, in, input.scalar_type(), es, op, out);
+      // total_ is the same on every rank, so this choice (and the collective inside
+      // locate_inputs) is taken by all ranks alike.
+      std::vector<const std::byte*> inputs;
+      if (total_ * es >= kSharedMinBytes) inputs = shared_->locate_inputs(in, total_ * es);
+      if (!inputs.empty()) {
+        shared_reduce_scatter(call, inputs, input.scalar_type(), es, op, out);
+      } else {
+        ring_reduce_scatter(call, in, input.scalar_type(), es, op, out);
+      }
     } else if (own_bytes > 0 && out != own) {
       std::memcpy(out, own, static_cast<size_t>(own_bytes));
     }
     count(&CommStats::reduce_scatter, size_ > 1 ? (total_ - counts_[rank_]) * es : 0);
+  }
+
+  at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype) override {
+    ZERO_CHECK(numel >= 0, "allocate_buffer on rank ", rank_, ": numel must be >= 0, got ", numel);
+    const auto options = at::TensorOptions().dtype(dtype);
+    std::function<void(void*)> deleter;
+    std::byte* data = shared_->allocate(numel * c10::elementSize(dtype), &deleter);
+    if (data == nullptr) return at::zeros({numel}, options);
+    return at::from_blob(data, {numel}, deleter, options);
   }
 
   void all_gather(const at::Tensor& input, const at::Tensor& output,
@@ -461,6 +487,34 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // Note [Shared-memory reduce-scatter]: every rank's input is mapped here; rank c sums chunk
+  // c of all of them in the ring's order, block by block (a block of partial sums stays in
+  // cache while the N inputs stream through it).
+  void shared_reduce_scatter(const Call& call, const std::vector<const std::byte*>& inputs,
+                             c10::ScalarType dtype, int64_t es, ReduceOp op, std::byte* out) {
+    const int c = rank_;
+    const int64_t n = counts_[c];
+    const int64_t chunk_offset = offsets_[c] * es;
+    constexpr int64_t kBlock = 16384;  // elements
+    std::byte* partial = size_ > 2 ? scratch(std::min(kBlock, std::max<int64_t>(n, 1)) * es)
+                                   : nullptr;
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t len = std::min(kBlock, n - b);
+      auto source = [&](int r) { return inputs[mod(r)] + chunk_offset + b * es; };
+      std::byte* target = out + b * es;
+      if (size_ == 2) {
+        reduce_to(op, dtype, target, source(c + 1), source(c), len);
+      } else {
+        reduce_to(op, dtype, partial, source(c + 1), source(c + 2), len);
+        for (int k = 3; k < size_; ++k) reduce_into(op, dtype, partial, source(c + k), len);
+        reduce_to(op, dtype, target, partial, source(c), len);
+      }
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // Peers may still be reading this rank's input: nobody returns before everyone is done.
+    check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier (shared-memory reduce-scatter)");
+  }
+
   // Chunk c of `base` (laid out by counts_/offsets_) is valid on rank c; afterwards every
   // chunk is valid everywhere.
   void all_gather_in_place(const Call& call, std::byte* base, int64_t es) {
@@ -504,7 +558,11 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // Below this many input bytes the ring's latency wins over the shared path's three syncs.
+  static constexpr int64_t kSharedMinBytes = int64_t{64} << 10;
+
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<SharedSegments> shared_;
   int rank_ = 0;
   int size_ = 1;
   int64_t segment_bytes_ = 0;

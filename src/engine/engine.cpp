@@ -349,7 +349,11 @@ void EngineImpl::allocate_state() {
   const auto device = params_flat_.device();
   const auto options = at::TensorOptions().device(device);
   if (stage_ < 2) {
-    grads_flat_ = at::zeros({layout_.padded_numel}, options.dtype(param_dtype_));
+    // Reduced in place bucket by bucket: from the communicator when it can place it where
+    // peers read it directly (Note [Shared-memory reduce-scatter]; collective, every rank).
+    grads_flat_ = device.is_cpu()
+                      ? comm_->allocate_buffer(layout_.padded_numel, param_dtype_)
+                      : at::zeros({layout_.padded_numel}, options.dtype(param_dtype_));
     for (auto& slot : slots_) {
       slot.param.mutable_grad() =
           grads_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
