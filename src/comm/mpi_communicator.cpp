@@ -227,23 +227,12 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                       const std::vector<int64_t>& counts) override {
     const Call call{"reduce_scatter", &input, &output, &counts};
-    check_tensor(call, input, "input", /*reduction=*/true);
-    check_tensor(call, output, "output", /*reduction=*/true);
-    check_same_dtype(call, input, output);
-    set_counts(call, counts, output.numel());
-    ZERO_CHECK(input.numel() == total_, describe(call), ": input must hold sum(counts) = ",
-               total_, " elements, got ", input.numel());
-    ZERO_CHECK(output.numel() == counts_[rank_], describe(call), ": output must hold counts[",
-               rank_, "] = ", counts_[rank_], " elements, got ", output.numel());
+    check_chunked(call, input, "input", output, "output", /*reduction=*/true);
     const int64_t es = input.element_size();
     std::byte* in = bytes_of(input);
     std::byte* own = in + offsets_[rank_] * es;
     std::byte* out = bytes_of(output);
     const int64_t own_bytes = counts_[rank_] * es;
-    ZERO_CHECK(own_bytes == 0 || out == own || !overlaps(out, own_bytes, in, total_ * es),
-               describe(call), ": output overlaps input but is not input's own chunk ", rank_,
-               " (elements [", offsets_[rank_], ", ", offsets_[rank_] + counts_[rank_],
-               ")); in place, output must be exactly that chunk");
 
     if (size_ > 1) {
       // total_ is the same on every rank, so this choice (and the collective inside
@@ -273,23 +262,12 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const at::Tensor& input, const at::Tensor& output,
                   const std::vector<int64_t>& counts) override {
     const Call call{"all_gather", &input, &output, &counts};
-    check_tensor(call, input, "input", /*reduction=*/false);
-    check_tensor(call, output, "output", /*reduction=*/false);
-    check_same_dtype(call, input, output);
-    set_counts(call, counts, input.numel());
-    ZERO_CHECK(output.numel() == total_, describe(call), ": output must hold sum(counts) = ",
-               total_, " elements, got ", output.numel());
-    ZERO_CHECK(input.numel() == counts_[rank_], describe(call), ": input must hold counts[",
-               rank_, "] = ", counts_[rank_], " elements, got ", input.numel());
+    check_chunked(call, output, "output", input, "input", /*reduction=*/false);
     const int64_t es = output.element_size();
     std::byte* out = bytes_of(output);
     std::byte* own = out + offsets_[rank_] * es;
     const std::byte* in = bytes_of(input);
     const int64_t own_bytes = counts_[rank_] * es;
-    ZERO_CHECK(own_bytes == 0 || in == own || !overlaps(in, own_bytes, out, total_ * es),
-               describe(call), ": input overlaps output but is not output's own chunk ", rank_,
-               " (elements [", offsets_[rank_], ", ", offsets_[rank_] + counts_[rank_],
-               ")); in place, input must be exactly that chunk");
 
     if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
     if (size_ > 1) all_gather_in_place(call, out, es);
@@ -409,6 +387,32 @@ class MpiCommunicator final : public Communicator {
       offset += counts_[c];
     }
     total_ = offset;
+  }
+
+  // Validates a chunked collective and sets counts_/offsets_/total_: `whole` holds sum(counts)
+  // elements laid out chunk by chunk, `part` holds this rank's chunk and is either exactly
+  // whole's own chunk (in place) or does not overlap `whole` at all.
+  void check_chunked(const Call& call, const at::Tensor& whole, const char* whole_name,
+                     const at::Tensor& part, const char* part_name, bool reduction) {
+    check_tensor(call, whole, whole_name, reduction);
+    check_tensor(call, part, part_name, reduction);
+    check_same_dtype(call, whole, part);
+    set_counts(call, *call.counts, part.numel());
+    ZERO_CHECK(whole.numel() == total_, describe(call), ": ", whole_name,
+               " must hold sum(counts) = ", total_, " elements, got ", whole.numel());
+    ZERO_CHECK(part.numel() == counts_[rank_], describe(call), ": ", part_name,
+               " must hold counts[", rank_, "] = ", counts_[rank_], " elements, got ",
+               part.numel());
+    const int64_t es = whole.element_size();
+    const std::byte* own = bytes_of(whole) + offsets_[rank_] * es;
+    const std::byte* part_data = bytes_of(part);
+    const int64_t own_bytes = counts_[rank_] * es;
+    ZERO_CHECK(own_bytes == 0 || part_data == own ||
+                   !overlaps(part_data, own_bytes, bytes_of(whole), total_ * es),
+               describe(call), ": ", part_name, " overlaps ", whole_name, " but is not ",
+               whole_name, "'s own chunk ", rank_, " (elements [", offsets_[rank_], ", ",
+               offsets_[rank_] + counts_[rank_], ")); in place, ", part_name,
+               " must be exactly that chunk");
   }
 
   void check_mpi(const Call& call, int rc, const char* function) const {
