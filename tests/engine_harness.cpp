@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 
 #include <sstream>
 #include <unordered_set>
@@ -66,8 +68,13 @@ std::string make_config_json(const RunOptions& o) {
   json << "{\"train_micro_batch_size_per_gpu\": " << o.micro_batch
        << ", \"gradient_accumulation_steps\": " << o.gradient_accumulation_steps
        << ", \"gradient_clipping\": " << o.gradient_clipping
-       << ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": " << o.lr
-       << ", \"weight_decay\": " << o.weight_decay << "}}";
+       << ", \"optimizer\": {\"type\": \"" << o.optimizer << "\", \"params\": {\"lr\": " << o.lr
+       << ", \"weight_decay\": " << o.weight_decay;
+  if (o.optimizer == "Adam") json << ", \"adam_w_mode\": false";
+  if (o.optimizer == "SGD") {
+    json << ", \"momentum\": " << o.momentum << ", \"nesterov\": " << (o.nesterov ? "true" : "false");
+  }
+  json << "}}";
   if (o.dtype == "bf16") json << ", \"bf16\": {\"enabled\": true}";
   if (o.dtype == "fp16") json << ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}";
   if (!o.extra_top_json.empty()) json << ", " << o.extra_top_json;
@@ -127,13 +134,26 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
 RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int world_size) {
   RunResult result;
   result.model = spec.build();
-  torch::optim::AdamW optimizer(result.model->parameters(),
-                                torch::optim::AdamWOptions(options.lr)
-                                    .weight_decay(options.weight_decay));
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (options.optimizer == "AdamW") {
+    optimizer = std::make_unique<torch::optim::AdamW>(
+        result.model->parameters(),
+        torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+  } else if (options.optimizer == "Adam") {
+    optimizer = std::make_unique<torch::optim::Adam>(
+        result.model->parameters(),
+        torch::optim::AdamOptions(options.lr).weight_decay(options.weight_decay));
+  } else {
+    optimizer = std::make_unique<torch::optim::SGD>(
+        result.model->parameters(), torch::optim::SGDOptions(options.lr)
+                                        .weight_decay(options.weight_decay)
+                                        .momentum(options.momentum)
+                                        .nesterov(options.nesterov));
+  }
   const int64_t rows = world_size * options.micro_batch * options.gradient_accumulation_steps;
   for (int step = 0; step < options.steps; ++step) {
     auto [x, y] = spec.batch(options.fixed_batch ? 0 : step, rows);
-    optimizer.zero_grad();
+    optimizer->zero_grad();
     at::Tensor loss = spec.loss(*result.model, x, y);
     loss.backward();
     double norm = 0;
@@ -141,7 +161,7 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
       norm = torch::nn::utils::clip_grad_norm_(result.model->parameters(),
                                                options.gradient_clipping);
     }
-    optimizer.step();
+    optimizer->step();
     result.losses.push_back(loss.item<double>());
     result.norms.push_back(norm);
   }

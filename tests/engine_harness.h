@@ -43,6 +43,10 @@ struct RunOptions {
   int steps = 4;
   double lr = 1e-3;
   double weight_decay = 0.01;
+  // "AdamW" | "Adam" (L2 decay, adam_w_mode false) | "SGD" (with `momentum`, `nesterov`).
+  std::string optimizer = "AdamW";
+  double momentum = 0.0;
+  bool nesterov = false;
   int64_t reduce_bucket_size = 100;
   int64_t allgather_bucket_size = 77;
   bool fixed_batch = false;         // every step trains on step 0's batch (to see learning)

@@ -124,6 +124,49 @@ TEST(CommunicationVariants, AreBitwiseIdenticalToStage0) {
   }
 }
 
+// Adam with L2 decay (DeepSpeed "Adam" with adam_w_mode false) and SGD with momentum (plain and
+// nesterov) match torch::optim::Adam / SGD like AdamW does, in every stage. Adam-L2 runs on the
+// MLP only: in GPT-2 the attention key bias has an identically zero true gradient (softmax
+// ignores a constant added to a row of scores), so under Adam-L2 its updates follow the
+// rounding noise of whichever summation order produced it (measured: 1.8e-4 relative at 3
+// ranks, all of it in c_attn.bias key elements). That is a property of the model, not of the
+// engine; the bitwise stage tests above cover the engine's own determinism.
+TEST(Optimizers, MatchTorchOptimizers) {
+  auto comm = world();
+  struct Variant {
+    const char* type;
+    double momentum;
+    bool nesterov;
+    double lr;
+    bool gpt2;
+  };
+  const Variant variants[] = {
+      {"Adam", 0, false, 1e-3, false}, {"SGD", 0.9, false, 0.05, false},
+      {"SGD", 0.9, false, 0.05, true}, {"SGD", 0.9, true, 0.05, true},
+      {"SGD", 0.0, false, 0.05, true}};
+  for (const Variant& v : variants) {
+    RunOptions options;
+    options.optimizer = v.type;
+    options.momentum = v.momentum;
+    options.nesterov = v.nesterov;
+    options.lr = v.lr;
+    options.gradient_clipping = kClip;
+    const ModelSpec spec = v.gpt2 ? tiny_gpt2_spec() : mlp_spec();
+    const RunResult reference = run_reference(spec, options, comm->size());
+    for (int stage = 0; stage <= 2; ++stage) {
+      SCOPED_TRACE(std::string(v.type) + (v.gpt2 ? " gpt2" : " mlp") + " momentum " +
+                   std::to_string(v.momentum) + (v.nesterov ? " nesterov" : "") + " stage " +
+                   std::to_string(stage));
+      options.stage = stage;
+      const RunResult run = run_engine(spec, options, comm);
+      for (size_t s = 0; s < run.losses.size(); ++s) {
+        EXPECT_NEAR(run.losses[s], reference.losses[s], kTolerance * reference.losses[s]);
+      }
+      EXPECT_LE(relative_error(run.parameters, reference.parameters), kTolerance);
+    }
+  }
+}
+
 // Every rank ends with the same parameters (stage 1/2 all-gather; stage 0 identical updates).
 TEST(Consistency, AllRanksHoldIdenticalParameters) {
   auto comm = world();
