@@ -38,7 +38,6 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <sstream>
@@ -71,6 +70,16 @@ std::string dtype_name(at::ScalarType t) {
   }
 }
 
+template <typename T>
+double block_sum_of_squares(const T* data, int64_t begin, int64_t end) {
+  double acc = 0.0;
+  for (int64_t i = begin; i < end; ++i) {
+    const double x = static_cast<double>(data[i]);
+    acc += x * x;
+  }
+  return acc;
+}
+
 // Sum of squares in fp64 with a fixed blocking, so the result does not depend on the thread
 // count (bitwise reproducible across runs and stages).
 double sum_of_squares(const at::Tensor& tensor) {
@@ -78,21 +87,15 @@ double sum_of_squares(const at::Tensor& tensor) {
   if (n == 0) return 0.0;
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
   std::vector<double> partial(blocks, 0.0);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, tensor.scalar_type(), "sum_of_squares",
-                                  [&] {
-                                    const scalar_t* data = tensor.data_ptr<scalar_t>();
-                                    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-                                      for (int64_t b = b0; b < b1; ++b) {
-                                        const int64_t end = std::min(n, (b + 1) * kNormBlock);
-                                        double acc = 0.0;
-                                        for (int64_t i = b * kNormBlock; i < end; ++i) {
-                                          const double x = static_cast<double>(data[i]);
-                                          acc += x * x;
-                                        }
-                                        partial[b] = acc;
-                                      }
-                                    });
-                                  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, tensor.scalar_type(), "sum_of_squares", [&] {
+        const scalar_t* data = tensor.data_ptr<scalar_t>();
+        at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+          for (int64_t b = first; b < last; ++b) {
+            partial[b] = block_sum_of_squares(data, b * kNormBlock, std::min(n, (b + 1) * kNormBlock));
+          }
+        });
+      });
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
