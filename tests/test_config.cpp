@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -258,13 +260,16 @@ TEST(Config, EffectiveJson) {
   EXPECT_EQ(a.effective_json,
             R"({"bf16":{"enabled":false,"immediate_grad_update":false},)"
             R"("communication_data_type":"fp16",)"
+            R"("csv_monitor":{"enabled":false,"job_name":"DeepSpeedJobName","output_path":""},)"
             R"("fp16":{"auto_cast":false,"consecutive_hysteresis":false,"enabled":true,)"
             R"("fp16_master_weights_and_grads":false,"hysteresis":2,"initial_scale_power":16,)"
             R"("loss_scale":0.0,"loss_scale_window":1000,"min_loss_scale":1.0},)"
             R"("gradient_accumulation_steps":1,"gradient_clipping":0.0,)"
             R"("optimizer":{"params":{"adam_w_mode":true,"betas":[0.9,0.999],)"
             R"("bias_correction":true,"eps":1e-08,"lr":0.001,"weight_decay":0.0},"type":"AdamW"},)"
+            R"("scheduler":null,"seed":1234,"steps_per_print":null,)"
             R"("train_batch_size":8,"train_micro_batch_size_per_gpu":4,)"
+            R"("wall_clock_breakdown":false,)"
             R"("zero_optimization":{"allgather_bucket_size":500000000,"allgather_partitions":true,)"
             R"("contiguous_gradients":true,"overlap_comm":false,"reduce_bucket_size":500000000,)"
             R"("reduce_scatter":true,"stage":1}})");
@@ -283,6 +288,115 @@ TEST(Config, EffectiveJson) {
   const Config adam = parse_config(
       R"({"train_batch_size": 4, "optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})", 1);
   EXPECT_EQ(parse_config(adam.effective_json, 1).optimizer.type, OptimizerType::kAdam);
+}
+
+TEST(Config, SchedulerAndLogging) {
+  // Defaults of the new keys.
+  Config c = parse_config(with(""), 1);
+  EXPECT_FALSE(c.scheduler.has_value());
+  EXPECT_FALSE(c.steps_per_print.has_value());
+  EXPECT_FALSE(c.wall_clock_breakdown);
+  EXPECT_EQ(c.seed, 1234u);
+  EXPECT_FALSE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.output_path, "");
+  EXPECT_EQ(c.csv_monitor.job_name, "DeepSpeedJobName");
+
+  // null and {} mean no scheduler, as in DeepSpeed.
+  EXPECT_FALSE(parse_config(with(R"("scheduler": null)"), 1).scheduler.has_value());
+  EXPECT_FALSE(parse_config(with(R"("scheduler": {})"), 1).scheduler.has_value());
+
+  // WarmupLR with DeepSpeed's defaults.
+  c = parse_config(with(R"("scheduler": {"type": "WarmupLR"})"), 1);
+  ASSERT_TRUE(c.scheduler.has_value());
+  EXPECT_EQ(c.scheduler->type, SchedulerType::kWarmupLR);
+  EXPECT_EQ(c.scheduler->warmup_type, WarmupType::kLog);
+  EXPECT_EQ(c.scheduler->warmup_num_steps, 1000);
+  EXPECT_EQ(c.scheduler->effective_warmup_steps(), 1000);
+  EXPECT_DOUBLE_EQ(c.scheduler->warmup_min_lr, 0.0);
+  EXPECT_DOUBLE_EQ(c.scheduler->warmup_max_lr, 0.001);
+  EXPECT_EQ(c.scheduler->total_num_steps, 0);
+
+  // WarmupDecayLR, Hugging Face style with "auto" and a spelled-out last_batch_iteration.
+  c = parse_config(with(R"("scheduler": {"type": "WarmupDecayLR", "params": {
+      "warmup_min_lr": "auto", "warmup_max_lr": 3e-4, "warmup_num_steps": 1,
+      "total_num_steps": 2, "warmup_type": "linear", "last_batch_iteration": -1}})"), 1);
+  ASSERT_TRUE(c.scheduler.has_value());
+  EXPECT_EQ(c.scheduler->type, SchedulerType::kWarmupDecayLR);
+  EXPECT_EQ(c.scheduler->warmup_type, WarmupType::kLinear);
+  EXPECT_DOUBLE_EQ(c.scheduler->warmup_min_lr, 0.0);
+  EXPECT_DOUBLE_EQ(c.scheduler->warmup_max_lr, 3e-4);
+  EXPECT_EQ(c.scheduler->warmup_num_steps, 1);
+  EXPECT_EQ(c.scheduler->effective_warmup_steps(), 2);  // DeepSpeed's minimum
+  EXPECT_EQ(c.scheduler->total_num_steps, 2);
+
+  // WarmupCosineLR with its defaults.
+  c = parse_config(with(R"("scheduler": {"type": "WarmupCosineLR",
+      "params": {"total_num_steps": 1001}})"), 1);
+  ASSERT_TRUE(c.scheduler.has_value());
+  EXPECT_EQ(c.scheduler->type, SchedulerType::kWarmupCosineLR);
+  EXPECT_EQ(c.scheduler->total_num_steps, 1001);
+  EXPECT_EQ(c.scheduler->warmup_num_steps, 1000);
+  EXPECT_EQ(c.scheduler->warmup_type, WarmupType::kLog);
+  EXPECT_DOUBLE_EQ(c.scheduler->warmup_min_ratio, 0.0);
+  EXPECT_DOUBLE_EQ(c.scheduler->cos_min_ratio, 0.0001);
+
+  // Logging, monitor, seed.
+  c = parse_config(with(R"("steps_per_print": 10, "wall_clock_breakdown": true, "seed": 0,
+      "csv_monitor": {"enabled": true, "output_path": "logs/", "job_name": "run1"})"), 1);
+  EXPECT_EQ(c.steps_per_print, std::optional<int64_t>(10));
+  EXPECT_TRUE(c.wall_clock_breakdown);
+  EXPECT_EQ(c.seed, 0u);
+  EXPECT_TRUE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.output_path, "logs/");
+  EXPECT_EQ(c.csv_monitor.job_name, "run1");
+  c = parse_config(with(R"("steps_per_print": "auto", "seed": 9223372036854775807,
+      "csv_monitor": {"enabled": false}, "wall_clock_breakdown": "auto")"), 1);
+  EXPECT_FALSE(c.steps_per_print.has_value());
+  EXPECT_EQ(c.seed, 9223372036854775807u);
+  EXPECT_FALSE(c.wall_clock_breakdown);
+  EXPECT_FALSE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.job_name, "DeepSpeedJobName");
+  // DeepSpeed's disabled monitor with other keys still spelled out (values are checked).
+  c = parse_config(with(R"("csv_monitor": {"enabled": false, "output_path": "x", "job_name": "y"})"), 1);
+  EXPECT_EQ(c.csv_monitor.output_path, "x");
+}
+
+TEST(Config, SchedulerEffectiveJsonRoundTrips) {
+  const std::vector<std::string> configs = {
+      with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear"}})"),
+      with(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 5000,
+          "warmup_min_lr": 1e-6, "warmup_max_lr": 1e-4, "warmup_num_steps": 100}})"),
+      with(R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 5000,
+          "warmup_min_ratio": 0.1, "cos_min_ratio": 0.01, "warmup_num_steps": 1}},
+          "steps_per_print": 7, "seed": 42, "wall_clock_breakdown": true,
+          "csv_monitor": {"enabled": true, "output_path": "/tmp/x", "job_name": "j"})"),
+  };
+  for (const std::string& text : configs) {
+    SCOPED_TRACE(text);
+    const Config a = parse_config(text, 1);
+    const Config b = parse_config(a.effective_json, 1);
+    EXPECT_EQ(b.effective_json, a.effective_json);
+    ASSERT_TRUE(b.scheduler.has_value());
+    EXPECT_EQ(b.scheduler->type, a.scheduler->type);
+    EXPECT_EQ(b.scheduler->warmup_num_steps, a.scheduler->warmup_num_steps);
+    EXPECT_EQ(b.scheduler->total_num_steps, a.scheduler->total_num_steps);
+  }
+  const Config cosine = parse_config(configs[2], 1);
+  EXPECT_NE(cosine.effective_json.find(
+                R"("scheduler":{"params":{"cos_min_ratio":0.01,"total_num_steps":5000,)"
+                R"("warmup_min_ratio":0.1,"warmup_num_steps":1,"warmup_type":"log"},)"
+                R"("type":"WarmupCosineLR"})"),
+            std::string::npos)
+      << cosine.effective_json;
+  EXPECT_NE(cosine.effective_json.find(R"("seed":42,"steps_per_print":7,)"), std::string::npos);
+  // The effective config lines name the scheduler keys for the rank-agreement check.
+  const std::vector<std::string> lines = effective_config_lines(cosine);
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "scheduler.params.total_num_steps = 5000"),
+            lines.end());
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "scheduler.type = \"WarmupCosineLR\""),
+            lines.end());
+  const std::vector<std::string> plain = effective_config_lines(parse_config(with(""), 1));
+  EXPECT_NE(std::find(plain.begin(), plain.end(), "scheduler = null"), plain.end());
 }
 
 struct InvalidCase {
@@ -446,10 +560,6 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"communication dtype", with(R"("communication_data_type": "fp8")"), 1,
        {"communication_data_type = \"fp8\" is invalid", "\"fp32\", \"fp16\", \"bf16\""}},
       // other DeepSpeed keys: only their defaults
-      {"steps_per_print", with(R"("steps_per_print": 100)"), 1,
-       {"steps_per_print = 100 is not supported yet", "null"}},
-      {"wall_clock_breakdown", with(R"("wall_clock_breakdown": true)"), 1,
-       {"wall_clock_breakdown = true is not supported yet"}},
       {"prescale_gradients", with(R"("prescale_gradients": true)"), 1,
        {"prescale_gradients = true is not supported yet", "reduce_scatter"}},
       {"gradient_predivide_factor", with(R"("gradient_predivide_factor": 2.0)"), 1,
@@ -460,8 +570,109 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"wandb = {\"project\":\"p\"} is not supported yet", "\"enabled\": false"}},
       {"amp enabled", with(R"("amp": {"enabled": true})"), 1,
        {"amp.enabled = true is not supported yet"}},
-      {"scheduler", with(R"("scheduler": {"type": "WarmupLR", "params": {}})"), 1,
-       {"scheduler = {\"params\":{},\"type\":\"WarmupLR\"} is not supported yet"}},
+      // scheduler
+      {"scheduler not an object", with(R"("scheduler": "WarmupLR")"), 1,
+       {"scheduler = \"WarmupLR\" is invalid", "an object"}},
+      {"scheduler without type", with(R"("scheduler": {"params": {"warmup_num_steps": 10}})"), 1,
+       {"scheduler.type is required", "WarmupLR, WarmupDecayLR, WarmupCosineLR"}},
+      {"scheduler type typo", with(R"("scheduler": {"type": "WarmupLr"})"), 1,
+       {"scheduler.type = \"WarmupLr\" is invalid", "did you mean 'WarmupLR'?"}},
+      {"scheduler type unknown", with(R"("scheduler": {"type": "Constant"})"), 1,
+       {"scheduler.type = \"Constant\" is invalid", "WarmupLR, WarmupDecayLR, WarmupCosineLR"}},
+      {"scheduler type number", with(R"("scheduler": {"type": 1})"), 1,
+       {"scheduler.type = 1 is invalid", "a string"}},
+      {"OneCycle", with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0}})"), 1,
+       {"scheduler.type = \"OneCycle\" is not supported yet", "WarmupCosineLR"}},
+      {"LRRangeTest", with(R"("scheduler": {"type": "LRRangeTest"})"), 1,
+       {"scheduler.type = \"LRRangeTest\" is not supported yet"}},
+      {"torch scheduler", with(R"("scheduler": {"type": "StepLR", "params": {"step_size": 10}})"), 1,
+       {"scheduler.type = \"StepLR\" is not supported yet", "torch.optim.lr_scheduler"}},
+      {"scheduler section typo", with(R"("scheduler": {"type": "WarmupLR", "param": {}})"), 1,
+       {"unknown key 'scheduler.param'", "did you mean 'scheduler.params'?"}},
+      {"scheduler params typo",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_step": 10}})"), 1,
+       {"unknown key 'scheduler.params.warmup_num_step'",
+        "did you mean 'scheduler.params.warmup_num_steps'?"}},
+      {"param of another scheduler",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 10}})"), 1,
+       {"scheduler.params.total_num_steps is not a parameter of WarmupLR", "WarmupDecayLR",
+        "warmup_max_lr"}},
+      {"lr param for cosine",
+       with(R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_min_lr": 0}})"), 1,
+       {"scheduler.params.warmup_min_lr is not a parameter of WarmupCosineLR", "warmup_min_ratio"}},
+      {"negative min lr",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": -1e-5}})"), 1,
+       {"scheduler.params.warmup_min_lr = -1e-05 is invalid", ">= 0"}},
+      {"max lr string",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "3e-4"}})"), 1,
+       {"scheduler.params.warmup_max_lr = \"3e-4\" is invalid", "number"}},
+      {"warmup steps zero",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}})"), 1,
+       {"scheduler.params.warmup_num_steps = 0 is invalid", ">= 1"}},
+      {"warmup steps fractional",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10.5}})"), 1,
+       {"scheduler.params.warmup_num_steps = 10.5 is invalid", "integer"}},
+      {"warmup type",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}})"), 1,
+       {"scheduler.params.warmup_type = \"cosine\" is invalid", "\"log\" or \"linear\""}},
+      {"warmup type null",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": null}})"), 1,
+       {"scheduler.params.warmup_type = null is invalid"}},
+      {"last_batch_iteration",
+       with(R"("scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 100}})"), 1,
+       {"scheduler.params.last_batch_iteration = 100 is not supported yet", "-1"}},
+      {"decay without total", with(R"("scheduler": {"type": "WarmupDecayLR", "params": {}})"), 1,
+       {"scheduler.params.total_num_steps is required for WarmupDecayLR"}},
+      {"cosine without params", with(R"("scheduler": {"type": "WarmupCosineLR"})"), 1,
+       {"scheduler.params.total_num_steps is required for WarmupCosineLR"}},
+      {"total auto",
+       with(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}})"), 1,
+       {"scheduler.params.total_num_steps is required for WarmupDecayLR", "(got \"auto\")"}},
+      {"total zero",
+       with(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 0}})"), 1,
+       {"scheduler.params.total_num_steps = 0 is invalid", ">= 1"}},
+      {"decay total below warmup",
+       with(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 500}})"), 1,
+       {"scheduler.params.total_num_steps = 500 is invalid for WarmupDecayLR",
+        ">= the warmup length 1000"}},
+      {"cosine total equal to warmup",
+       with(R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "warmup_num_steps": 100}})"), 1,
+       {"scheduler.params.total_num_steps = 100 is invalid for WarmupCosineLR",
+        "> the warmup length 100"}},
+      {"cosine total within minimum warmup",
+       with(R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 2, "warmup_num_steps": 1}})"), 1,
+       {"scheduler.params.total_num_steps = 2 is invalid", "warmup_num_steps 1 raised to DeepSpeed's minimum of 2"}},
+      {"cos_min_ratio above 1",
+       with(R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 2000, "cos_min_ratio": 1.5}})"), 1,
+       {"scheduler.params.cos_min_ratio = 1.5 is invalid", "[0, 1]"}},
+      {"warmup_min_ratio negative",
+       with(R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 2000, "warmup_min_ratio": -0.1}})"), 1,
+       {"scheduler.params.warmup_min_ratio = -0.1 is invalid", "[0, 1]"}},
+      {"scheduler param at top level", with(R"("warmup_num_steps": 100)"), 1,
+       {"unknown key 'warmup_num_steps'", "did you mean 'scheduler.params.warmup_num_steps'?"}},
+      // logging, monitoring, seed
+      {"steps_per_print zero", with(R"("steps_per_print": 0)"), 1,
+       {"steps_per_print = 0 is invalid", "an integer >= 1, or null"}},
+      {"steps_per_print fractional", with(R"("steps_per_print": 2.5)"), 1,
+       {"steps_per_print = 2.5 is invalid"}},
+      {"steps_per_print string", with(R"("steps_per_print": "10")"), 1,
+       {"steps_per_print = \"10\" is invalid"}},
+      {"wall_clock_breakdown string", with(R"("wall_clock_breakdown": "yes")"), 1,
+       {"wall_clock_breakdown = \"yes\" is invalid", "true or false"}},
+      {"seed negative", with(R"("seed": -1)"), 1, {"seed = -1 is invalid", "an integer in [0, "}},
+      {"seed fractional", with(R"("seed": 1.5)"), 1, {"seed = 1.5 is invalid"}},
+      {"seed too large", with(R"("seed": 18446744073709551615)"), 1,
+       {"seed = 18446744073709551615 is invalid"}},
+      {"csv_monitor typo", with(R"("csv_monitor": {"enabled": true, "outputpath": "x"})"), 1,
+       {"unknown key 'csv_monitor.outputpath'", "did you mean 'csv_monitor.output_path'?"}},
+      {"csv_monitor unknown", with(R"("csv_monitor": {"enabled": true, "output_dir": "x"})"), 1,
+       {"unknown key 'csv_monitor.output_dir'", "known keys: enabled, output_path, job_name"}},
+      {"csv_monitor enabled string", with(R"("csv_monitor": {"enabled": "true"})"), 1,
+       {"csv_monitor.enabled = \"true\" is invalid", "true or false"}},
+      {"csv_monitor path number", with(R"("csv_monitor": {"output_path": 3})"), 1,
+       {"csv_monitor.output_path = 3 is invalid", "a string"}},
+      {"csv_monitor not an object", with(R"("csv_monitor": true)"), 1,
+       {"csv_monitor = true is invalid", "an object"}},
       {"checkpoint tag validation", with(R"("checkpoint": {"tag_validation": "Fail"})"), 1,
        {"checkpoint.tag_validation = \"Fail\" is not supported yet", "\"Warn\""}},
       {"activation checkpointing", with(R"("activation_checkpointing": {"partition_activations": true})"), 1,

@@ -314,3 +314,51 @@ TEST(Backward, ParametersUnusedOnSomeRanksDoNotHang) {
 
 }  // namespace
 }  // namespace zero::test
+
+#include "zero/scheduler.h"
+
+namespace zero::test {
+namespace {
+
+// The config's scheduler sets the rate of every applied step and does not advance on a step
+// skipped for fp16 overflow (DeepSpeed's engine steps the scheduler only after applied steps).
+TEST(Scheduler, AdvancesOnlyOnAppliedSteps) {
+  if (!cpu_supports_half()) GTEST_SKIP() << "this libtorch has no fp16 CPU kernels (1.x)";
+  auto comm = world();
+  RunOptions options;
+  options.stage = 1;
+  options.dtype = "fp16";
+  options.extra_top_json =
+      "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.0001, "
+      "\"warmup_max_lr\": 0.001, \"warmup_num_steps\": 5, \"warmup_type\": \"linear\"}}";
+  std::string json = make_config_json(options);
+  json.replace(json.find("\"initial_scale_power\": 8"), 24,
+               "\"initial_scale_power\": 8, \"hysteresis\": 1");
+  const Config config = parse_config(json, comm->size(), "test config");
+  const auto schedule = make_scheduler(config);
+  ASSERT_NE(schedule, nullptr);
+  auto model = mlp_spec().build();
+  auto engine = initialize(model, config, comm);
+  EXPECT_THROW(engine->set_learning_rate(0.5), Error);
+  const ModelSpec spec = mlp_spec();
+  int64_t applied = 0;
+  for (int step = 0; step < 6; ++step) {
+    auto [x, y] = spec.batch(step, 2);
+    at::Tensor loss = spec.loss(*model, x, y);
+    if (step == 2) loss = loss * std::numeric_limits<float>::infinity();
+    engine->backward(loss);
+    engine->step();
+    if (step == 2) {
+      EXPECT_EQ(engine->skipped_steps(), 1);
+      EXPECT_DOUBLE_EQ(engine->learning_rate(), schedule->lr_at(applied - 1));
+    } else {
+      EXPECT_DOUBLE_EQ(engine->learning_rate(), schedule->lr_at(applied)) << "step " << step;
+      ++applied;
+    }
+  }
+  EXPECT_EQ(engine->global_steps(), 5);
+  EXPECT_GT(schedule->lr_at(4), schedule->lr_at(0));
+}
+
+}  // namespace
+}  // namespace zero::test

@@ -103,6 +103,10 @@ class Communicator {
   /// same either way. Freeing the tensor is local, not collective.
   virtual at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype) = 0;
 
+  /// Terminates every rank of the job with `exit_code` (MPI: MPI_Abort). For errors after
+  /// which other ranks may be blocked in a collective; never returns.
+  [[noreturn]] virtual void abort_job(int exit_code) = 0;
+
   /// Counted since construction or the last reset_stats(). Note [Counting communicated bytes].
   virtual CommStats stats() const = 0;
   virtual void reset_stats() = 0;

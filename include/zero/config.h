@@ -9,6 +9,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,45 @@ struct ZeroOptimizationConfig {
   bool allgather_partitions = true;         // false (broadcasts) is rejected: not supported yet
 };
 
+/// The `scheduler` section: DeepSpeed's learning-rate schedules (deepspeed/runtime/lr_schedules.py).
+/// zero::LRScheduler (zero/scheduler.h) turns it into the LR of each optimizer step.
+enum class SchedulerType {
+  kWarmupLR,        // warmup from warmup_min_lr to warmup_max_lr, then constant
+  kWarmupDecayLR,   // WarmupLR, then linear decay back to warmup_min_lr at total_num_steps
+  kWarmupCosineLR,  // ratio of the optimizer's lr: warmup, then cosine decay to cos_min_ratio
+};
+
+/// scheduler.params.warmup_type: gamma = ln(t + 1) / ln(N) (log) or t / N (linear).
+enum class WarmupType { kLog, kLinear };
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kWarmupLR;
+  WarmupType warmup_type = WarmupType::kLog;
+  /// As given (>= 1). The schedule uses max(2, warmup_num_steps), as DeepSpeed does.
+  int64_t warmup_num_steps = 1000;
+  // WarmupLR and WarmupDecayLR: absolute learning rates.
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  // WarmupDecayLR and WarmupCosineLR (required there; 0 for WarmupLR).
+  int64_t total_num_steps = 0;
+  // WarmupCosineLR: ratios of the optimizer's lr (optimizer.params.lr).
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+
+  /// max(2, warmup_num_steps): the warmup length DeepSpeed's schedules actually use.
+  int64_t effective_warmup_steps() const {
+    return warmup_num_steps < 2 ? 2 : warmup_num_steps;
+  }
+};
+
+/// The `csv_monitor` section (DeepSpeed's deepspeed/monitor/config.py CSVConfig): when enabled,
+/// rank 0 appends training events to CSV files in <output_path>/<job_name>/.
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;                  // "" = relative to the working directory
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct Config {
   // The batch triple, solved against the world size (DeepSpeed's rules and errors).
   int64_t train_batch_size = 0;
@@ -75,6 +115,18 @@ struct Config {
   c10::ScalarType communication_dtype = c10::ScalarType::Float;
 
   ZeroOptimizationConfig zero_optimization;
+
+  /// The learning-rate schedule; nullopt (no `scheduler`, or null / {}) keeps optimizer.params.lr
+  /// constant. See zero/scheduler.h (make_scheduler).
+  std::optional<SchedulerConfig> scheduler;
+  /// Print a progress line every this many optimizer steps (>= 1); nullopt = never (DeepSpeed's
+  /// code default, None).
+  std::optional<int64_t> steps_per_print;
+  /// Time forward / backward / step and report the breakdown (DeepSpeed's wall_clock_breakdown).
+  bool wall_clock_breakdown = false;
+  /// Random seed (a zero extension, not a DeepSpeed key): integer >= 0, default 1234.
+  uint64_t seed = 1234;
+  CsvMonitorConfig csv_monitor;
 
   /// The effective configuration as canonical JSON (every key, defaults filled in, sorted).
   /// Ranks compare its fingerprint at start-up.

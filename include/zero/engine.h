@@ -65,7 +65,10 @@ class Engine {
   virtual int64_t skipped_steps() const = 0;
   virtual int64_t micro_steps() const = 0;
 
+  /// The rate of the last (or, before any, the first) optimizer step. With a `scheduler` in the
+  /// config it follows DeepSpeed's schedule and advances only on applied steps.
   virtual double learning_rate() const = 0;
+  /// Sets the rate for the next steps; an error when the config has a scheduler.
   virtual void set_learning_rate(double lr) = 0;
 
   virtual ModelStateBytes model_state_bytes() const = 0;

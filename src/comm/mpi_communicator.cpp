@@ -250,6 +250,11 @@ class MpiCommunicator final : public Communicator {
     count(&CommStats::reduce_scatter, size_ > 1 ? (total_ - counts_[rank_]) * es : 0);
   }
 
+  [[noreturn]] void abort_job(int exit_code) override {
+    MPI_Abort(comm_, exit_code);
+    std::_Exit(exit_code);  // MPI_Abort does not return; this satisfies [[noreturn]]
+  }
+
   at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype) override {
     ZERO_CHECK(numel >= 0, "allocate_buffer on rank ", rank_, ": numel must be >= 0, got ", numel);
     const auto options = at::TensorOptions().dtype(dtype);

@@ -28,4 +28,18 @@ int64_t ring_segment_bytes() {
   return value;
 }
 
+ProgressStyle progress_style() {
+  static const ProgressStyle value = [] {
+    const char* text = std::getenv("ZERO_PROGRESS");
+    if (text == nullptr || *text == '\0') return ProgressStyle::kAuto;
+    const std::string style = text;
+    if (style == "bar") return ProgressStyle::kBar;
+    if (style == "lines") return ProgressStyle::kLines;
+    ZERO_CHECK(false, "environment variable ZERO_PROGRESS='", style,
+               "' is invalid: expected 'bar' or 'lines'");
+    return ProgressStyle::kAuto;
+  }();
+  return value;
+}
+
 }  // namespace zero::env

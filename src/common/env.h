@@ -11,4 +11,9 @@ namespace zero::env {
 /// received segment stays in L2 for the add; see docs/benchmarks.md, "Collectives").
 int64_t ring_segment_bytes();
 
+enum class ProgressStyle { kAuto, kBar, kLines };
+
+/// ZERO_PROGRESS: "bar" | "lines" | unset (auto). Set by zero-run; see zero/console.h.
+ProgressStyle progress_style();
+
 }  // namespace zero::env

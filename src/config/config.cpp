@@ -411,6 +411,187 @@ void parse_zero(const ObjectView& top, Config& config) {
   }
 }
 
+// ---- scheduler ----------------------------------------------------------------------------
+
+const char* scheduler_type_name(SchedulerType type) {
+  switch (type) {
+    case SchedulerType::kWarmupLR: return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
+  }
+  ZERO_INTERNAL_ASSERT(false, "unexpected scheduler type ", static_cast<int>(type));
+  return "";
+}
+
+const std::vector<std::string>& scheduler_params_keys(SchedulerType type) {
+  switch (type) {
+    case SchedulerType::kWarmupLR: return config_detail::warmup_lr_params_keys();
+    case SchedulerType::kWarmupDecayLR: return config_detail::warmup_decay_lr_params_keys();
+    case SchedulerType::kWarmupCosineLR: return config_detail::warmup_cosine_lr_params_keys();
+  }
+  ZERO_INTERNAL_ASSERT(false, "unexpected scheduler type ", static_cast<int>(type));
+  return config_detail::warmup_lr_params_keys();
+}
+
+// scheduler.type. DeepSpeed looks the name up with getattr (case-sensitive) in its
+// lr_schedules module, then in torch.optim.lr_scheduler.
+SchedulerType parse_scheduler_type(const ObjectView& scheduler) {
+  const char* allowed = "WarmupLR, WarmupDecayLR, WarmupCosineLR (case-sensitive, as in DeepSpeed)";
+  const Json* type_json = scheduler.given("type");
+  if (type_json == nullptr || type_json->is_null()) {
+    std::string message = "scheduler.type is required in a non-empty 'scheduler' section; allowed: ";
+    message += allowed;
+    message += " (a null or empty 'scheduler' means no schedule)";
+    if (const Json* raw = scheduler.raw("type")) message += " (got " + show(*raw) + ")";
+    fail(scheduler.source(), message);
+  }
+  if (!type_json->is_string()) scheduler.invalid("type", *type_json, std::string("a string: ") + allowed);
+  const std::string type = type_json->get<std::string>();
+  if (type == "WarmupLR") return SchedulerType::kWarmupLR;
+  if (type == "WarmupDecayLR") return SchedulerType::kWarmupDecayLR;
+  if (type == "WarmupCosineLR") return SchedulerType::kWarmupCosineLR;
+  const std::string supported = std::string("supported types: ") + allowed;
+  if (type == "OneCycle" || type == "LRRangeTest") {
+    scheduler.not_supported("type", *type_json, supported);
+  }
+  // torch.optim.lr_scheduler classes, which DeepSpeed also accepts by name.
+  static const std::vector<std::string> kTorch = {
+      "LambdaLR",       "MultiplicativeLR", "StepLR",         "MultiStepLR",
+      "ConstantLR",     "LinearLR",         "ExponentialLR",  "SequentialLR",
+      "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau", "CyclicLR",
+      "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR", "LRScheduler"};
+  if (std::find(kTorch.begin(), kTorch.end(), type) != kTorch.end()) {
+    scheduler.not_supported("type", *type_json,
+                            supported + "; torch.optim.lr_scheduler classes are not implemented");
+  }
+  static const std::vector<std::string> kKnown = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
+                                                  "OneCycle", "LRRangeTest"};
+  std::string expected = std::string("one of ") + allowed;
+  const std::string suggestion = closest_match(type, kKnown);
+  if (!suggestion.empty()) expected += "; did you mean '" + suggestion + "'?";
+  scheduler.invalid("type", *type_json, expected);
+}
+
+void parse_scheduler(const ObjectView& top, Config& config) {
+  const std::string& source = top.source();
+  const Json* section = top.given("scheduler");
+  if (section == nullptr || section->is_null()) return;
+  ObjectView scheduler(*section, "scheduler", source);  // throws unless an object
+  if (section->empty()) return;  // DeepSpeed: no "type" means no scheduler
+  scheduler.check_keys(config_detail::scheduler_keys());
+  SchedulerConfig result;
+  result.type = parse_scheduler_type(scheduler);
+  const char* type_name = scheduler_type_name(result.type);
+
+  const Json empty = Json::object();
+  const Json* params_json = scheduler.given("params");
+  if (params_json == nullptr) params_json = &empty;
+  ObjectView params(*params_json, "scheduler.params", source);
+  // A parameter of another schedule type: DeepSpeed's constructor raises a TypeError.
+  const std::vector<std::string>& known = scheduler_params_keys(result.type);
+  for (const auto& item : params_json->items()) {
+    if (std::find(known.begin(), known.end(), item.key()) != known.end()) continue;
+    for (SchedulerType other : {SchedulerType::kWarmupLR, SchedulerType::kWarmupDecayLR,
+                                SchedulerType::kWarmupCosineLR}) {
+      const std::vector<std::string>& keys = scheduler_params_keys(other);
+      if (std::find(keys.begin(), keys.end(), item.key()) == keys.end()) continue;
+      std::string message = "scheduler.params." + item.key() + " is not a parameter of " +
+                            type_name + " (it is one of " + scheduler_type_name(other) +
+                            "); " + type_name + " takes:";
+      for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : " ") + known[i];
+      fail(source, message);
+    }
+  }
+  params.check_keys(known);
+
+  static const DefaultOnlyKey kLastBatchIteration = {
+      "last_batch_iteration", DefaultOnlyKey::Kind::kValue, "-1", nullptr,
+      "resuming a schedule is done by the engine, not by this key"};
+  check_default_only(params, kLastBatchIteration);
+
+  result.warmup_num_steps = params.get_integer("warmup_num_steps", 1000, 1, kInt64Max,
+                                               "an integer >= 1 (DeepSpeed uses at least 2)");
+  if (std::optional<std::string> warmup_type =
+          params.get_optional_string("warmup_type", "\"log\" or \"linear\"")) {
+    if (*warmup_type == "log") {
+      result.warmup_type = WarmupType::kLog;
+    } else if (*warmup_type == "linear") {
+      result.warmup_type = WarmupType::kLinear;
+    } else {
+      params.invalid("warmup_type", *params.raw("warmup_type"), "\"log\" or \"linear\"");
+    }
+  } else if (const Json* raw = params.raw("warmup_type"); raw != nullptr && raw->is_null()) {
+    params.invalid("warmup_type", *raw, "\"log\" or \"linear\"");
+  }
+
+  if (result.type == SchedulerType::kWarmupCosineLR) {
+    result.warmup_min_ratio = params.get_number("warmup_min_ratio", 0.0, unit_range,
+                                                "a number in [0, 1]");
+    result.cos_min_ratio = params.get_number("cos_min_ratio", 0.0001, unit_range,
+                                             "a number in [0, 1]");
+  } else {
+    result.warmup_min_lr = params.get_number("warmup_min_lr", 0.0, non_negative, "a number >= 0");
+    result.warmup_max_lr =
+        params.get_number("warmup_max_lr", 0.001, non_negative, "a number >= 0");
+  }
+
+  if (result.type != SchedulerType::kWarmupLR) {
+    if (params.given("total_num_steps") == nullptr) {
+      std::string message = "scheduler.params.total_num_steps is required for " +
+                            std::string(type_name) + "; give an integer number of optimizer steps";
+      if (const Json* raw = params.raw("total_num_steps")) message += " (got " + show(*raw) + ")";
+      fail(source, message);
+    }
+    result.total_num_steps =
+        params.get_integer("total_num_steps", 0, 1, kInt64Max, "an integer >= 1");
+    const int64_t warmup = result.effective_warmup_steps();
+    const bool cosine = result.type == SchedulerType::kWarmupCosineLR;
+    // WarmupCosineLR divides by total - warmup (DeepSpeed 0.16.5 raises ZeroDivisionError at
+    // equality and runs the cosine backwards below it); WarmupDecayLR only warns when
+    // total < warmup, and its LR would then drop to 0 as soon as warmup ends.
+    if (cosine ? result.total_num_steps <= warmup : result.total_num_steps < warmup) {
+      std::string warmup_text = std::to_string(warmup);
+      if (warmup != result.warmup_num_steps) {
+        warmup_text += " (warmup_num_steps " + std::to_string(result.warmup_num_steps) +
+                       " raised to DeepSpeed's minimum of 2)";
+      }
+      fail(source, "scheduler.params.total_num_steps = " +
+                       show(*params.raw("total_num_steps")) + " is invalid for " + type_name +
+                       "; expected an integer " + (cosine ? ">" : ">=") +
+                       " the warmup length " + warmup_text);
+    }
+  }
+  config.scheduler = result;
+}
+
+// ---- logging and monitoring -----------------------------------------------------------------
+
+void parse_training_extras(const ObjectView& top, Config& config) {
+  const char* print_expected = "an integer >= 1, or null (no progress lines)";
+  config.steps_per_print = top.get_optional_integer("steps_per_print", print_expected);
+  if (config.steps_per_print && *config.steps_per_print < 1) {
+    top.invalid("steps_per_print", *top.raw("steps_per_print"), print_expected);
+  }
+  config.wall_clock_breakdown = top.get_bool("wall_clock_breakdown", false);
+  config.seed = static_cast<uint64_t>(top.get_integer(
+      "seed", 1234, 0, kInt64Max, "an integer in [0, 9223372036854775807] (a zero extension)"));
+
+  const Json* section = top.given("csv_monitor");
+  if (section == nullptr || section->is_null()) return;
+  ObjectView csv(*section, "csv_monitor", top.source());
+  csv.check_keys(config_detail::csv_monitor_keys());
+  CsvMonitorConfig& monitor = config.csv_monitor;
+  monitor.enabled = csv.get_bool("enabled", false);
+  auto read_string = [&](const char* key, std::string& out) {
+    const Json* value = csv.given(key);
+    if (value == nullptr) return;
+    if (!value->is_string()) csv.invalid(key, *value, "a string");
+    out = value->get<std::string>();
+  };
+  read_string("output_path", monitor.output_path);
+  read_string("job_name", monitor.job_name);
+}
+
 // ---- effective configuration --------------------------------------------------------------
 
 // Canonical JSON: every implemented key with its effective value. It is itself a valid config
@@ -469,6 +650,31 @@ std::string effective_json(const Config& config) {
                                {"contiguous_gradients", zero.contiguous_gradients},
                                {"reduce_scatter", zero.reduce_scatter},
                                {"allgather_partitions", zero.allgather_partitions}};
+
+  if (config.scheduler) {
+    const SchedulerConfig& sched = *config.scheduler;
+    Json params = Json::object();
+    params["warmup_num_steps"] = sched.warmup_num_steps;
+    params["warmup_type"] = sched.warmup_type == WarmupType::kLog ? "log" : "linear";
+    if (sched.type == SchedulerType::kWarmupCosineLR) {
+      params["warmup_min_ratio"] = sched.warmup_min_ratio;
+      params["cos_min_ratio"] = sched.cos_min_ratio;
+    } else {
+      params["warmup_min_lr"] = sched.warmup_min_lr;
+      params["warmup_max_lr"] = sched.warmup_max_lr;
+    }
+    if (sched.type != SchedulerType::kWarmupLR) params["total_num_steps"] = sched.total_num_steps;
+    root["scheduler"] = {{"type", scheduler_type_name(sched.type)}, {"params", params}};
+  } else {
+    root["scheduler"] = nullptr;
+  }
+  root["steps_per_print"] =
+      config.steps_per_print ? Json(*config.steps_per_print) : Json(nullptr);
+  root["wall_clock_breakdown"] = config.wall_clock_breakdown;
+  root["seed"] = config.seed;
+  root["csv_monitor"] = {{"enabled", config.csv_monitor.enabled},
+                         {"output_path", config.csv_monitor.output_path},
+                         {"job_name", config.csv_monitor.job_name}};
   return root.dump();
 }
 
@@ -490,6 +696,8 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
   parse_optimizer(top, config);
   parse_precision(top, config);
   parse_zero(top, config);
+  parse_scheduler(top, config);
+  parse_training_extras(top, config);
   for (const DefaultOnlyKey& spec : config_detail::top_level_default_only()) {
     check_default_only(top, spec);
   }

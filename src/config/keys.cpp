@@ -16,7 +16,6 @@ using Kind = DefaultOnlyKey::Kind;
 // zero/offload_config.py, swap_tensor/constants.py, activation_checkpointing/config.py), plus
 // the few zero_optimization fields added after it (stage3_allgather_sequential, ...), so that
 // configs written for newer DeepSpeed versions that spell out those defaults also run.
-const char* const kSchedulerNote = "learning-rate schedulers are planned for a later version";
 const char* const kPredivideNote =
     "DeepSpeed itself requires prescale_gradients false and gradient_predivide_factor 1.0 "
     "with zero_optimization.reduce_scatter, its default";
@@ -117,8 +116,6 @@ void check_offload(const ObjectView& view, const DefaultOnlyKey& spec, const Jso
 
 const std::vector<DefaultOnlyKey>& top_level_default_only() {
   static const std::vector<DefaultOnlyKey> keys = {
-      {"steps_per_print", Kind::kValue, "null", nullptr, "progress printing is not implemented"},
-      {"wall_clock_breakdown", Kind::kValue, "false", nullptr, nullptr},
       {"memory_breakdown", Kind::kValue, "false", nullptr, nullptr},
       {"dump_state", Kind::kValue, "false", nullptr, nullptr},
       {"disable_allgather", Kind::kValue, "false", nullptr, nullptr},
@@ -135,7 +132,6 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
       {"sequence_parallel_size", Kind::kValue, "1", nullptr, nullptr},
       {"use_data_before_expert_parallel_", Kind::kValue, "false", nullptr, nullptr},
       {"graph_harvesting", Kind::kValue, "false", nullptr, nullptr},
-      {"scheduler", Kind::kValue, "null", "{}", kSchedulerNote},
       {"sparse_attention", Kind::kValue, "null", nullptr, nullptr},
       {"weight_quantization", Kind::kValue, "null", nullptr, nullptr},
       {"compression_training", Kind::kValue, "{}", "null", nullptr},
@@ -167,7 +163,6 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
       {"flops_profiler", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"tensorboard", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"wandb", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"csv_monitor", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"comet", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"comms_logger", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"autotuning", Kind::kDisabledSection, nullptr, nullptr, nullptr},
@@ -272,7 +267,39 @@ const std::vector<std::string>& top_level_implemented_keys() {
   static const std::vector<std::string> keys = {
       "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
       "gradient_clipping", "optimizer", "fp16", "bf16", "bfloat16", "communication_data_type",
-      "zero_optimization", "allgather_size"};
+      "zero_optimization", "allgather_size", "scheduler", "steps_per_print",
+      "wall_clock_breakdown", "seed", "csv_monitor"};
+  return keys;
+}
+
+const std::vector<std::string>& scheduler_keys() {
+  static const std::vector<std::string> keys = {"type", "params"};
+  return keys;
+}
+
+const std::vector<std::string>& warmup_lr_params_keys() {
+  static const std::vector<std::string> keys = {"warmup_min_lr", "warmup_max_lr",
+                                                "warmup_num_steps", "warmup_type",
+                                                "last_batch_iteration"};
+  return keys;
+}
+
+const std::vector<std::string>& warmup_decay_lr_params_keys() {
+  static const std::vector<std::string> keys = {"total_num_steps", "warmup_min_lr",
+                                                "warmup_max_lr",   "warmup_num_steps",
+                                                "warmup_type",     "last_batch_iteration"};
+  return keys;
+}
+
+const std::vector<std::string>& warmup_cosine_lr_params_keys() {
+  static const std::vector<std::string> keys = {"total_num_steps",  "warmup_min_ratio",
+                                                "warmup_num_steps", "cos_min_ratio",
+                                                "warmup_type",      "last_batch_iteration"};
+  return keys;
+}
+
+const std::vector<std::string>& csv_monitor_keys() {
+  static const std::vector<std::string> keys = {"enabled", "output_path", "job_name"};
   return keys;
 }
 
@@ -352,6 +379,10 @@ std::optional<std::string> section_knowing(const std::string& key,
       {"optimizer.params", all_keys(sgd_params_implemented_keys(), sgd_params_default_only())},
       {"fp16", fp16_keys()},
       {"bf16", bf16_keys()},
+      {"scheduler", scheduler_keys()},
+      {"scheduler.params", warmup_decay_lr_params_keys()},
+      {"scheduler.params", warmup_cosine_lr_params_keys()},
+      {"csv_monitor", csv_monitor_keys()},
   };
   auto add_object_sections = [&](const std::string& parent,
                                  const std::vector<DefaultOnlyKey>& specs) {
@@ -368,7 +399,7 @@ std::optional<std::string> section_knowing(const std::string& key,
   std::optional<std::string> found;
   for (const auto& [path, keys] : sections) {
     if (path == except_path || std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
-    if (found && *found == path) continue;  // optimizer.params: the Adam and SGD lists
+    if (found && *found == path) continue;  // optimizer.params, scheduler.params: several lists
     if (found) return std::nullopt;  // known in several sections: no single suggestion
     found = path;
   }

@@ -55,6 +55,12 @@ const std::vector<std::string>& adam_params_implemented_keys();
 const std::vector<std::string>& sgd_params_implemented_keys();
 const std::vector<std::string>& fp16_keys();
 const std::vector<std::string>& bf16_keys();
+const std::vector<std::string>& scheduler_keys();
+/// scheduler.params keys of each supported scheduler type (DeepSpeed's constructor arguments).
+const std::vector<std::string>& warmup_lr_params_keys();
+const std::vector<std::string>& warmup_decay_lr_params_keys();
+const std::vector<std::string>& warmup_cosine_lr_params_keys();
+const std::vector<std::string>& csv_monitor_keys();
 
 /// Implemented keys followed by the default-only ones.
 std::vector<std::string> all_keys(const std::vector<std::string>& implemented,

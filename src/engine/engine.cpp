@@ -48,6 +48,7 @@
 #include "engine/loss_scaler.h"
 #include "optim/shard_optimizer.h"
 #include "zero/error.h"
+#include "zero/scheduler.h"
 #include "zero/shard.h"
 
 namespace zero {
@@ -146,6 +147,8 @@ class EngineImpl final : public Engine {
   int64_t micro_steps() const override { return micro_steps_; }
   double learning_rate() const override { return lr_; }
   void set_learning_rate(double lr) override {
+    ZERO_CHECK(scheduler_ == nullptr, "set_learning_rate(", lr, "): the config's scheduler (",
+               config_.source, ") sets the learning rate; remove it to set the rate by hand");
     ZERO_CHECK(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0, got ", lr);
     lr_ = lr;
   }
@@ -199,6 +202,7 @@ class EngineImpl final : public Engine {
   at::Tensor grad_shard_;    // stage 2: grad_shard_dtype_, shard_numel
   at::Tensor master_;        // fp32 over update_range_ (a view of params_flat_ when fp32)
   std::unique_ptr<ShardOptimizer> optimizer_;
+  std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
   LossScaler scaler_;
 
   // shared_ptr or intrusive_ptr depending on the libtorch version.
@@ -247,7 +251,8 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> model, const Config& c
   grad_shard_dtype_ =
       (config_.gradient_accumulation_steps > 1 || comm_dtype_ == at::kFloat) ? at::kFloat
                                                                               : comm_dtype_;
-  lr_ = config_.optimizer.lr;
+  scheduler_ = make_scheduler(config_);
+  lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
 
   collect_parameters();
   check_ranks_agree();
@@ -605,6 +610,9 @@ void EngineImpl::step() {
   if (param_dtype_ != at::kFloat) {
     param_out = params_flat_.narrow(0, update_range_.begin, update_range_.size());
   }
+  // The scheduler advances with applied steps only: a skipped (overflowing) step keeps its rate,
+  // as DeepSpeed's engine does.
+  if (scheduler_) lr_ = scheduler_->lr_at(global_steps_);
   optimizer_->step(master_, grad, clip / divisor, param_out, lr_);
   if (stage_ > 0) all_gather_parameters();
   zero_gradients();

@@ -1,0 +1,368 @@
+// zero-train: trains GPT-2 with ZeRO across MPI ranks from a DeepSpeed config.
+//
+//   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|gpt2|gpt2-medium|gpt2-large|gpt2-xl]
+//              [--data PREFIX] [--steps N] [--eval-every K] [--sample-every K] [--out RUN_DIR]
+//   mpirun -np N zero-train ...      or      zero-run -n N -- zero-train ...
+//
+// Everything about the optimization comes from the config (batch sizes, optimizer, precision,
+// ZeRO stage, scheduler, seed). PREFIX names the token files PREFIX_train.bin and
+// PREFIX_val.bin (llm.c format). Rank 0 prints progress and the final summary and writes the
+// run directory: the effective config, metrics.csv and loss.svg.
+//
+// Errors: anything that can be wrong with the inputs (config, model name, data files) is
+// checked on every rank before training starts, and the ranks agree on the outcome, so a bad
+// input gives one clear message and every rank exits with status 2. A failure during training
+// on one rank aborts the whole job (status 1), since the other ranks may wait in a collective.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "report.h"
+#include "zero/comm.h"
+#include "zero/config.h"
+#include "zero/console.h"
+#include "zero/data.h"
+#include "zero/engine.h"
+#include "zero/error.h"
+#include "zero/gpt2.h"
+#include "zero/memory.h"
+#include "zero/shard.h"
+#include "zero/tokenizer.h"
+
+namespace {
+
+using zero::train::StepRecord;
+
+struct Options {
+  std::string config_path;
+  std::string model = "gpt2-tiny";
+  std::string data = "data/tokens/moby_dick";
+  std::string encoder = "data/gpt2/encoder.json";
+  int64_t steps = 100;
+  int64_t eval_every = 25;
+  int64_t eval_batches = 4;
+  int64_t sample_every = 0;
+  int64_t sample_tokens = 48;
+  int64_t seq_len = 0;  // 0: min(model context, 256)
+  std::string out = "runs/latest";
+  int threads = 0;
+};
+
+int64_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// Everything that can fail because of the user's inputs, prepared on every rank.
+struct Inputs {
+  zero::Config config;
+  zero::gpt2::GPT2Config model;
+  std::optional<zero::TokenFile> train;
+  std::optional<zero::TokenFile> val;
+  std::optional<zero::GPT2Decoder> decoder;
+};
+
+Inputs prepare(const Options& o, int world) {
+  Inputs in;
+  in.config = zero::load_config(o.config_path, world);
+  in.model = zero::gpt2::GPT2Config::preset(o.model);
+  in.train = zero::TokenFile::load(o.data + "_train.bin", in.model.vocab_size);
+  in.val = zero::TokenFile::load(o.data + "_val.bin", in.model.vocab_size);
+  in.decoder = zero::GPT2Decoder::load(o.encoder);
+  return in;
+}
+
+// Every rank learns whether any rank failed; the lowest failing rank's message is printed once.
+bool ranks_agree_ok(zero::Communicator& comm, const std::string& error) {
+  at::Tensor failed = at::zeros({comm.size()}, at::kDouble);
+  at::Tensor mine = at::full({1}, error.empty() ? 0.0 : 1.0, at::kDouble);
+  comm.all_gather(mine, failed);
+  int first = -1;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (failed[r].item<double>() > 0) {
+      first = r;
+      break;
+    }
+  }
+  if (first < 0) return true;
+  if (comm.rank() == first) {
+    std::fprintf(stderr, "zero-train: error%s: %s\n",
+                 comm.size() > 1 && first != 0 ? (" on rank " + std::to_string(first)).c_str() : "",
+                 error.c_str());
+  }
+  return false;
+}
+
+double all_mean(zero::Communicator& comm, double value) {
+  at::Tensor t = at::full({1}, value, at::kDouble);
+  comm.all_reduce(t, zero::ReduceOp::kSum);
+  return t.item<double>() / comm.size();
+}
+
+// Mean validation loss over `batches` windows per rank, averaged over ranks.
+double evaluate(zero::gpt2::GPT2Impl& model, const zero::EvalBatcher& val,
+                zero::Communicator& comm) {
+  at::NoGradGuard no_grad;
+  model.eval();
+  double total = 0;
+  for (int64_t b = 0; b < val.num_batches(); ++b) {
+    auto [x, y] = val.batch(b);
+    total += model.loss(model.forward(x), y).item<double>();
+  }
+  model.train();
+  return all_mean(comm, total / std::max<int64_t>(val.num_batches(), 1));
+}
+
+std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& decoder,
+                        int64_t tokens, int64_t context) {
+  at::NoGradGuard no_grad;
+  model.eval();
+  std::vector<int64_t> ids = {50256};  // <|endoftext|> as the prompt
+  for (int64_t i = 0; i < tokens; ++i) {
+    const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
+    at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), at::kLong)
+                       .unsqueeze(0);
+    at::Tensor logits = model.forward(x).select(1, x.size(1) - 1);
+    ids.push_back(logits.argmax(-1).item<int64_t>());  // greedy
+  }
+  model.train();
+  return decoder.decode(std::vector<int64_t>(ids.begin() + 1, ids.end()));
+}
+
+// Model-state bytes per parameter the ZeRO paper predicts for this stage and precision.
+double zero_formula_bytes_per_param(const zero::Config& c, int world) {
+  const int stage = c.zero_optimization.stage;
+  const double n = world;
+  if (c.param_dtype != at::kFloat) {
+    return stage == 0 ? 16 : stage == 1 ? 4 + 12 / n : 2 + 14 / n;
+  }
+  // fp32 parameters double as master weights: 4 param + 4 grad + 8 Adam state.
+  return stage == 0 ? 16 : stage == 1 ? 8 + 8 / n : 4 + 12 / n;
+}
+
+int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
+  const int rank = comm->rank();
+  const int world = comm->size();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / world));
+
+  Inputs in;
+  std::string error;
+  try {
+    in = prepare(o, world);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!ranks_agree_ok(*comm, error)) return 2;
+  const zero::Config& config = in.config;
+  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(in.model.n_positions, 256);
+  const int64_t mbs = config.train_micro_batch_size_per_gpu;
+  const int gas = static_cast<int>(config.gradient_accumulation_steps);
+  std::optional<zero::DistributedSampler> train_sampler;
+  std::optional<zero::EvalBatcher> val_batches;
+  error.clear();
+  try {
+    ZERO_CHECK(seq <= in.model.n_positions, "--seq-len ", seq, " exceeds the context of ", o.model,
+               " (", in.model.n_positions, ")");
+    train_sampler.emplace(*in.train, mbs, seq, rank, world, gas, config.seed);
+    val_batches.emplace(*in.val, mbs, seq, rank, world, o.eval_batches);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!ranks_agree_ok(*comm, error)) return 2;
+
+  try {
+    torch::manual_seed(config.seed);
+    auto model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
+    auto engine = zero::initialize(model, config, comm);
+    zero::train::Progress progress(o.steps, zero::stdout_is_terminal());
+    std::unique_ptr<zero::train::CsvLog> csv;
+    if (rank == 0) {
+      std::filesystem::create_directories(o.out);
+      std::ofstream(o.out + "/config.json") << config.effective_json << "\n";
+      csv = std::make_unique<zero::train::CsvLog>(o.out + "/metrics.csv");
+      std::ostringstream head;
+      head << "zero-train: " << o.model << " (" << engine->num_parameters() / 1e6
+           << "M parameters), ZeRO stage " << config.zero_optimization.stage << ", " << world
+           << " rank(s), micro-batch " << mbs << " x " << seq << " tokens, accumulation " << gas
+           << ", global batch " << config.train_batch_size << " sequences; data " << o.data
+           << "_{train,val}.bin (" << in.train->size() << " / " << in.val->size() << " tokens)";
+      progress.message(head.str());
+    }
+    std::vector<StepRecord> records;
+    const auto start = std::chrono::steady_clock::now();
+    double last_val = -1;
+    const zero::CommStats comm_before = engine->communication();
+    for (int64_t step = 0; step < o.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t skipped_before = engine->skipped_steps();
+      double loss_sum = 0;
+      for (int micro = 0; micro < gas; ++micro) {
+        auto [x, y] = train_sampler->batch(step, micro);
+        at::Tensor loss = model->loss(model->forward(x), y);
+        loss_sum += loss.item<double>();
+        engine->backward(loss);
+        engine->step();
+      }
+      StepRecord r;
+      r.step = step + 1;
+      r.loss = all_mean(*comm, loss_sum / gas);
+      r.lr = engine->learning_rate();
+      r.grad_norm = engine->global_grad_norm();
+      r.loss_scale = engine->loss_scale();
+      r.skipped = engine->skipped_steps() > skipped_before;
+      r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count();
+      r.tokens_per_second = config.train_batch_size * seq / (r.step_ms / 1000.0);
+      const bool last = step + 1 == o.steps;
+      if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
+        r.val_loss = last_val = evaluate(*model, *val_batches, *comm);
+      }
+      records.push_back(r);
+      if (rank == 0) {
+        csv->append(r);
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        progress.update(r, elapsed / (step + 1) * (o.steps - step - 1));
+        if (r.val_loss >= 0 && !last) {
+          char line[96];
+          std::snprintf(line, sizeof(line), "step %lld: validation loss %.4f",
+                        static_cast<long long>(r.step), r.val_loss);
+          progress.message(line);
+        }
+        if (o.sample_every > 0 && (step + 1) % o.sample_every == 0 && !last) {
+          progress.message("sample: " + sample_text(*model, *in.decoder, o.sample_tokens, seq));
+        }
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rank == 0) progress.finish();
+
+    // Per-rank figures for the summary, gathered to every rank.
+    const zero::ModelStateBytes bytes = engine->model_state_bytes();
+    at::Tensor mine = at::tensor({static_cast<double>(bytes.total()),
+                                  static_cast<double>(peak_rss_bytes())}, at::kDouble);
+    at::Tensor all = at::empty({2 * world}, at::kDouble);
+    comm->all_gather(mine, all);
+    const zero::CommStats comm_after = engine->communication();
+    const double moved = static_cast<double>(
+        (comm_after.reduce_scatter.bytes - comm_before.reduce_scatter.bytes) +
+        (comm_after.all_gather.bytes - comm_before.all_gather.bytes));
+    if (rank == 0) {
+      const zero::ShardLayout layout = zero::shard_layout(engine->num_parameters(), world, 64);
+      const double p = static_cast<double>(layout.padded_numel);
+      const int64_t comm_elem = c10::elementSize(config.communication_dtype);
+      const int64_t param_elem = c10::elementSize(config.param_dtype);
+      const double other = static_cast<double>(layout.padded_numel - layout.shard_numel);
+      const int stage = config.zero_optimization.stage;
+      // Ring volume per optimizer step (Note [Counting communicated bytes]): stage 0 all-reduces
+      // (RS + AG of gradients), stages 1/2 reduce-scatter gradients (stage 2 on every
+      // micro-step) and all-gather parameters.
+      const double theory = stage == 0 ? 2 * other * comm_elem
+                            : stage == 1 ? other * (comm_elem + param_elem)
+                                         : other * (gas * comm_elem + param_elem);
+      std::vector<zero::train::SummaryRow> rows;
+      rows.push_back({"", "measured", "expected"});
+      for (int r = 0; r < world; ++r) {
+        const double measured = all[2 * r].item<double>();
+        char expected[96];
+        std::snprintf(expected, sizeof(expected), "%s (ZeRO-%d: %.2f B/param x %.2fM)",
+                      zero::train::human_bytes(zero_formula_bytes_per_param(config, world) * p).c_str(),
+                      stage, zero_formula_bytes_per_param(config, world), p / 1e6);
+        rows.push_back({"model state, rank " + std::to_string(r),
+                        zero::train::human_bytes(measured), expected});
+      }
+      rows.push_back({"communicated per step", zero::train::human_bytes(world > 1 ? moved / o.steps : 0),
+                       zero::train::human_bytes(world > 1 ? theory : 0) + " (ring volume)"});
+      for (int r = 0; r < world; ++r) {
+        rows.push_back({"peak RSS, rank " + std::to_string(r),
+                        zero::train::human_bytes(all[2 * r + 1].item<double>()), ""});
+      }
+      char rate[64];
+      std::snprintf(rate, sizeof(rate), "%.0f", config.train_batch_size * seq * o.steps / seconds);
+      rows.push_back({"tokens/s", rate, ""});
+      char losses[64];
+      std::snprintf(losses, sizeof(losses), "%.4f -> %.4f", records.front().loss, records.back().loss);
+      rows.push_back({"train loss (first -> last)", losses, ""});
+      char val[32];
+      std::snprintf(val, sizeof(val), "%.4f", last_val);
+      rows.push_back({"validation loss", val, ""});
+      std::printf("\nsummary (%lld steps in %.1f s, %lld skipped)\n%s",
+                  static_cast<long long>(o.steps), seconds,
+                  static_cast<long long>(engine->skipped_steps()),
+                  zero::train::format_summary(rows).c_str());
+      zero::train::write_loss_svg(o.out + "/loss.svg", records,
+                                  "zero-train " + o.model + ", ZeRO stage " + std::to_string(stage) +
+                                      ", " + std::to_string(world) + " rank(s)");
+      std::printf("\nsample: %s\n", sample_text(*model, *in.decoder, o.sample_tokens, seq).c_str());
+      std::printf("\nrun directory: %s (config.json, metrics.csv, loss.svg)\n", o.out.c_str());
+      std::fflush(stdout);
+    }
+    comm->barrier();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zero-train: error on rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    comm->abort_job(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"zero-train: train GPT-2 with ZeRO across MPI ranks from a DeepSpeed config"};
+  app.add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
+  // Checked after start-up (GPT2Config::preset), so the message comes once, from rank 0.
+  app.add_option("--model", o.model, "model preset: gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, "
+                 "gpt2-large, gpt2-xl")->capture_default_str();
+  app.add_option("--data", o.data, "token files PREFIX_train.bin and PREFIX_val.bin")
+      ->capture_default_str();
+  app.add_option("--encoder", o.encoder, "GPT-2 encoder.json for decoding samples")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "validation loss every K steps (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches, "validation micro-batches per rank")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--sample-every", o.sample_every, "print a generated sample every K steps (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--sample-tokens", o.sample_tokens, "tokens per sample")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence (default: min(context, 256))")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--out", o.out, "run directory")->capture_default_str();
+  app.add_option("--threads", o.threads, "libtorch threads per rank (default: cores / ranks)")
+      ->check(CLI::NonNegativeNumber);
+  zero::keep_freed_host_memory();
+  std::shared_ptr<zero::Communicator> comm;
+  try {
+    comm = zero::make_mpi_communicator();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zero-train: error: %s\n", e.what());
+    return 2;
+  }
+  // Every rank parses the same command line; only rank 0 prints usage or the parse error.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (comm->rank() == 0) return app.exit(e);
+    return e.get_exit_code();
+  }
+  return run(o, comm);
+}

@@ -1,0 +1,169 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "zero/error.h"
+
+namespace zero::train {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (std::abs(bytes) >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+  return text;
+}
+
+Progress::Progress(int64_t total_steps, bool terminal) : total_(total_steps), terminal_(terminal) {}
+
+void Progress::update(const StepRecord& r, double eta_seconds) {
+  char stats[256];
+  std::snprintf(stats, sizeof(stats),
+                "loss %.4f | lr %.2e | grad norm %.3f | scale %g | %.0f tok/s | %.0f ms/step%s",
+                r.loss, r.lr, r.grad_norm, r.loss_scale, r.tokens_per_second, r.step_ms,
+                r.skipped ? " | skipped (overflow)" : "");
+  if (!terminal_) {
+    std::printf("step %lld/%lld | %s\n", static_cast<long long>(r.step),
+                static_cast<long long>(total_), stats);
+    std::fflush(stdout);
+    return;
+  }
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(kWidth * r.step / std::max<int64_t>(total_, 1));
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  const int eta = static_cast<int>(std::max(0.0, eta_seconds));
+  std::printf("\r\033[K[%s] %lld/%lld | %s | ETA %d:%02d", bar.c_str(),
+              static_cast<long long>(r.step), static_cast<long long>(total_), stats, eta / 60,
+              eta % 60);
+  std::fflush(stdout);
+  bar_drawn_ = true;
+}
+
+void Progress::message(const std::string& line) {
+  if (terminal_ && bar_drawn_) std::printf("\r\033[K");
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (terminal_ && bar_drawn_) std::printf("\n");
+  std::fflush(stdout);
+}
+
+CsvLog::CsvLog(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "w");
+  ZERO_CHECK(file_ != nullptr, "cannot write ", path, ": ", std::strerror(errno));
+  std::fprintf(file_, "step,loss,val_loss,lr,grad_norm,loss_scale,skipped,tokens_per_second,step_ms\n");
+}
+
+CsvLog::~CsvLog() {
+  if (file_) std::fclose(file_);
+}
+
+void CsvLog::append(const StepRecord& r) {
+  std::fprintf(file_, "%lld,%.6f,", static_cast<long long>(r.step), r.loss);
+  if (r.val_loss >= 0) std::fprintf(file_, "%.6f", r.val_loss);
+  std::fprintf(file_, ",%.6g,%.6f,%g,%d,%.1f,%.1f\n", r.lr, r.grad_norm, r.loss_scale,
+               r.skipped ? 1 : 0, r.tokens_per_second, r.step_ms);
+  std::fflush(file_);
+}
+
+void write_loss_svg(const std::string& path, const std::vector<StepRecord>& records,
+                    const std::string& title) {
+  constexpr double kWidth = 720, kHeight = 420, kLeft = 70, kRight = 20, kTop = 40, kBottom = 50;
+  double max_step = 1, lo = 1e300, hi = -1e300;
+  for (const auto& r : records) {
+    max_step = std::max(max_step, static_cast<double>(r.step));
+    lo = std::min(lo, r.loss);
+    hi = std::max(hi, r.loss);
+    if (r.val_loss >= 0) {
+      lo = std::min(lo, r.val_loss);
+      hi = std::max(hi, r.val_loss);
+    }
+  }
+  if (records.empty()) lo = 0, hi = 1;
+  if (hi - lo < 1e-9) hi = lo + 1;
+  const double pad = 0.05 * (hi - lo);
+  lo -= pad;
+  hi += pad;
+  auto x = [&](double step) { return kLeft + (kWidth - kLeft - kRight) * step / max_step; };
+  auto y = [&](double loss) { return kTop + (kHeight - kTop - kBottom) * (hi - loss) / (hi - lo); };
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\""
+      << kHeight << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << kWidth / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">"
+      << title << "</text>\n";
+  // Axes with 5 ticks each.
+  svg << "<line x1=\"" << kLeft << "\" y1=\"" << kHeight - kBottom << "\" x2=\"" << kWidth - kRight
+      << "\" y2=\"" << kHeight - kBottom << "\" stroke=\"black\"/>\n"
+      << "<line x1=\"" << kLeft << "\" y1=\"" << kTop << "\" x2=\"" << kLeft << "\" y2=\""
+      << kHeight - kBottom << "\" stroke=\"black\"/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double step = max_step * i / 4;
+    const double loss = lo + (hi - lo) * i / 4;
+    svg << "<text x=\"" << x(step) << "\" y=\"" << kHeight - kBottom + 18
+        << "\" text-anchor=\"middle\">" << static_cast<long long>(std::round(step)) << "</text>\n";
+    char label[32];
+    std::snprintf(label, sizeof(label), "%.2f", loss);
+    svg << "<text x=\"" << kLeft - 8 << "\" y=\"" << y(loss) + 4 << "\" text-anchor=\"end\">"
+        << label << "</text>\n"
+        << "<line x1=\"" << kLeft << "\" y1=\"" << y(loss) << "\" x2=\"" << kWidth - kRight
+        << "\" y2=\"" << y(loss) << "\" stroke=\"#e5e5e5\"/>\n";
+  }
+  svg << "<text x=\"" << (kLeft + kWidth - kRight) / 2 << "\" y=\"" << kHeight - 12
+      << "\" text-anchor=\"middle\">step</text>\n"
+      << "<text x=\"16\" y=\"" << (kTop + kHeight - kBottom) / 2
+      << "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " << (kTop + kHeight - kBottom) / 2
+      << ")\">loss</text>\n";
+  auto polyline = [&](bool validation, const char* colour) {
+    std::ostringstream points;
+    int n = 0;
+    for (const auto& r : records) {
+      const double value = validation ? r.val_loss : r.loss;
+      if (validation && value < 0) continue;
+      points << x(static_cast<double>(r.step)) << "," << y(value) << " ";
+      ++n;
+    }
+    if (n == 0) return;
+    svg << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\""
+        << points.str() << "\"/>\n";
+  };
+  polyline(false, "#1f77b4");
+  polyline(true, "#d62728");
+  svg << "<text x=\"" << kWidth - kRight - 150 << "\" y=\"" << kTop + 14
+      << "\" fill=\"#1f77b4\">train loss</text>\n"
+      << "<text x=\"" << kWidth - kRight - 150 << "\" y=\"" << kTop + 30
+      << "\" fill=\"#d62728\">validation loss</text>\n</svg>\n";
+  std::ofstream out(path);
+  ZERO_CHECK(out.good(), "cannot write ", path, ": ", std::strerror(errno));
+  out << svg.str();
+}
+
+std::string format_summary(const std::vector<SummaryRow>& rows) {
+  size_t a = 0, b = 0, c = 0;
+  for (const auto& r : rows) {
+    a = std::max(a, r.label.size());
+    b = std::max(b, r.measured.size());
+    c = std::max(c, r.expected.size());
+  }
+  std::ostringstream out;
+  auto line = [&](const std::string& x, const std::string& y, const std::string& z) {
+    out << "  " << x << std::string(a - x.size(), ' ') << "  " << std::string(b - y.size(), ' ')
+        << y << "  " << z << "\n";
+  };
+  for (const auto& r : rows) line(r.label, r.measured, r.expected);
+  return out.str();
+}
+
+}  // namespace zero::train

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Each bad input gives one clear message naming the file or key and the value, a non-zero exit,
+# no stack dump, and no rank left running (every case must finish well within its timeout).
+#   check_bad_inputs.sh ZERO_TRAIN ZERO_RUN WORK_DIR
+set -uo pipefail
+zero_train="$1"; zero_run="$2"; work="$3"
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+rm -rf "$work"; mkdir -p "$work"
+cd "$repo"
+good_config="$work/good.json"
+cat > "$good_config" <<'JSON'
+{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+ "zero_optimization": {"stage": 2}}
+JSON
+# A token file: header of 256 int32 (magic, version, count) then uint16 ids.
+make_tokens() {  # path magic version count first_id
+  python3 - "$@" <<'PY'
+import struct, sys
+path, magic, version, count, first = sys.argv[1], *map(int, sys.argv[2:])
+header = [magic, version, count] + [0] * 253
+ids = [first] + [1] * (count - 1)
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *header))
+    f.write(struct.pack("<%dH" % count, *ids))
+PY
+}
+cp data/tokens/moby_dick_val.bin "$work/ok_val.bin"
+make_tokens "$work/magic_train.bin" 12345 1 1000 1; cp "$work/ok_val.bin" "$work/magic_val.bin"
+make_tokens "$work/version_train.bin" 20240520 7 1000 1; cp "$work/ok_val.bin" "$work/version_val.bin"
+make_tokens "$work/vocab_train.bin" 20240520 1 1000 60000; cp "$work/ok_val.bin" "$work/vocab_val.bin"
+make_tokens "$work/short_train.bin" 20240520 1 1000 1; truncate -s 1500 "$work/short_train.bin"
+cp "$work/ok_val.bin" "$work/short_val.bin"
+echo '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"}, "zero_optimizaton": {"stage": 2}}' > "$work/typo.json"
+echo '{"train_batch_size": 3, "optimizer": {"type": "AdamW"}}' > "$work/batch.json"
+
+failures=0
+# case NAME EXPECTED_SUBSTRING... -- ARGS
+check() {
+  local name="$1"; shift
+  local expected=()
+  while [ "$1" != "--" ]; do expected+=("$1"); shift; done
+  shift
+  local out="$work/$name.out"
+  timeout 120 "$zero_run" -n 2 -- "$zero_train" --steps 2 --out "$work/run-$name" "$@" >"$out" 2>&1
+  local status=$?
+  local ok=1
+  if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then ok=0; echo "[$name] exit status $status (expected a failure that ends every rank)"; fi
+  for e in "${expected[@]}"; do
+    grep -qF -- "$e" "$out" || { ok=0; echo "[$name] message lacks '$e'"; }
+  done
+  if grep -qiE "terminate called|stack trace|backtrace|Exception raised from|frame #" "$out"; then
+    ok=0; echo "[$name] stack dump in the output"
+  fi
+  local messages
+  messages=$(grep -c "zero-train: error" "$out")
+  if [ "$messages" -gt 1 ]; then ok=0; echo "[$name] $messages error messages, expected one"; fi
+  if [ "$ok" -eq 1 ]; then echo "[$name] ok (exit $status): $(grep -m1 -iE 'error' "$out")"; else
+    failures=$((failures + 1)); sed 's/^/    | /' "$out"; fi
+}
+check missing_data "$work/none_train.bin" "No such file" -- --config "$good_config" --data "$work/none"
+check wrong_magic "$work/magic_train.bin" "12345" "20240520" -- --config "$good_config" --data "$work/magic"
+check wrong_version "$work/version_train.bin" "7" -- --config "$good_config" --data "$work/version"
+check token_out_of_vocab "$work/vocab_train.bin" "60000" "50257" -- --config "$good_config" --data "$work/vocab"
+check truncated_file "$work/short_train.bin" -- --config "$good_config" --data "$work/short"
+check config_typo "zero_optimizaton" "zero_optimization" -- --config "$work/typo.json"
+check config_missing "$work/nope.json" -- --config "$work/nope.json"
+check batch_not_divisible "train_batch_size" "3" -- --config "$work/batch.json"
+check unknown_model "gpt3" "gpt2-tiny" -- --config "$good_config" --model gpt3
+# No rank may outlive its job.
+# (Anchored: this script's own command line also contains the path.)
+if pgrep -f "^$zero_train " >/dev/null; then echo "ranks left running:"; pgrep -af "^$zero_train "; failures=$((failures + 1)); fi
+echo "$failures failing case(s)"
+[ "$failures" -eq 0 ]
