@@ -38,6 +38,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <sstream>
@@ -46,6 +47,7 @@
 #include "engine/comm_queue.h"
 #include "engine/fingerprint.h"
 #include "engine/loss_scaler.h"
+#include "engine/monitor.h"
 #include "optim/shard_optimizer.h"
 #include "zero/error.h"
 #include "zero/scheduler.h"
@@ -170,6 +172,7 @@ class EngineImpl final : public Engine {
   void launch_ready_buckets();
   void launch_bucket(int index);
   void reduce_bucket(Bucket& bucket);
+  void boundary_step();  // step() at an accumulation boundary
   void all_gather_parameters();
   void zero_gradients();
   at::Tensor owned_gradient() const;  // this rank's reduced gradient, owned range
@@ -210,6 +213,8 @@ class EngineImpl final : public Engine {
   std::vector<AccumulatorPtr> accumulators_;
   std::shared_ptr<HookTarget> hook_target_;
   std::unique_ptr<CommQueue> queue_;
+  std::unique_ptr<EngineMonitor> monitor_;
+  BoundaryRecord window_;  // what the monitor gets at the next boundary
   std::mutex pool_mutex_;
   std::vector<at::Tensor> bucket_pool_;
 
@@ -260,6 +265,7 @@ EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> model, const Config& c
   allocate_state();
   register_hooks();
   queue_ = std::make_unique<CommQueue>(config_.zero_optimization.overlap_comm);
+  monitor_ = std::make_unique<EngineMonitor>(config_, rank_);
 }
 
 EngineImpl::~EngineImpl() {
@@ -468,6 +474,11 @@ void EngineImpl::backward(const at::Tensor& loss) {
   for (auto& bucket : buckets_) bucket.pending = static_cast<int>(bucket.slots.size());
   next_bucket_ = 0;
   const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
+  const auto started = std::chrono::steady_clock::now();
+  if (monitor_->reporting()) {
+    window_.loss += loss.detach().to(at::kDouble).item<double>() /
+                    static_cast<double>(config_.gradient_accumulation_steps);
+  }
   in_backward_ = true;
   try {
     (loss.to(at::kFloat) * factor).backward();
@@ -486,6 +497,8 @@ void EngineImpl::backward(const at::Tensor& loss) {
     std::lock_guard<std::mutex> lock(pool_mutex_);
     bucket_pool_.clear();  // no gradient-sized memory stays resident after backward
   }
+  window_.backward_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
 }
 
 void EngineImpl::on_gradient_ready(int index) {
@@ -580,6 +593,21 @@ void EngineImpl::step() {
     ++micro_steps_;
     return;
   }
+  const auto started = std::chrono::steady_clock::now();
+  boundary_step();
+  window_.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  window_.global_steps = global_steps_ + skipped_steps_;
+  window_.skipped_steps = skipped_steps_;
+  window_.global_samples = window_.global_steps * config_.train_batch_size;
+  window_.lr = lr_;
+  window_.loss_scale = scaler_.scale();
+  window_.grad_norm = global_grad_norm_;
+  monitor_->record(window_);
+  window_ = BoundaryRecord{};
+}
+
+void EngineImpl::boundary_step() {
   queue_->wait();
   // Global norm (Note [Gradient scaling]): owned real elements only, summed over ranks.
   const Range valid = layout_.valid(rank_);

@@ -1,0 +1,77 @@
+#include "engine/monitor.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "zero/error.h"
+
+namespace zero {
+
+EngineMonitor::EngineMonitor(const Config& config, int rank) {
+  if (rank != 0) return;
+  active_ = true;
+  // wall_clock_breakdown without steps_per_print reports every step.
+  print_every_ = config.steps_per_print.value_or(config.wall_clock_breakdown ? 1 : 0);
+  breakdown_ = config.wall_clock_breakdown;
+  fp16_ = config.param_dtype == c10::ScalarType::Half;
+  if (config.csv_monitor.enabled) {
+    std::filesystem::path dir = std::filesystem::path(config.csv_monitor.output_path) /
+                                config.csv_monitor.job_name;
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    ZERO_CHECK(!error, config.source, ": csv_monitor: cannot create directory '", dir.string(),
+               "': ", error.message());
+    csv_dir_ = dir.string();
+  }
+}
+
+EngineMonitor::~EngineMonitor() {
+  for (auto& [name, file] : csv_files_) std::fclose(file);
+}
+
+// One file per event, named like DeepSpeed's CSV monitor ("Train/Samples/train_loss" ->
+// Train_Samples_train_loss.csv), rows "step,value" with the step axis in samples.
+void EngineMonitor::write_csv(const std::string& event, int64_t x, double value) {
+  std::FILE*& file = csv_files_[event];
+  if (file == nullptr) {
+    std::string name = event;
+    for (char& c : name) {
+      if (c == '/') c = '_';
+    }
+    const std::string path = csv_dir_ + "/" + name + ".csv";
+    file = std::fopen(path.c_str(), "w");
+    ZERO_CHECK(file != nullptr, "csv_monitor: cannot write '", path, "': ", std::strerror(errno));
+    std::fprintf(file, "step,%s\n", event.substr(event.rfind('/') + 1).c_str());
+  }
+  std::fprintf(file, "%lld,%.9g\n", static_cast<long long>(x), value);
+  std::fflush(file);
+}
+
+void EngineMonitor::record(const BoundaryRecord& r) {
+  if (!active_) return;
+  backward_ms_ += r.backward_ms;
+  step_ms_ += r.step_ms;
+  ++timed_steps_;
+  if (!csv_dir_.empty()) {
+    write_csv("Train/Samples/train_loss", r.global_samples, r.loss);
+    write_csv("Train/Samples/lr", r.global_samples, r.lr);
+    if (fp16_) write_csv("Train/Samples/loss_scale", r.global_samples, r.loss_scale);
+  }
+  if (print_every_ > 0 && r.global_steps % print_every_ == 0) {
+    std::printf("[zero] step=%lld, skipped=%lld, lr=%.6g, loss_scale=%g, grad_norm=%.4g, loss=%.4f",
+                static_cast<long long>(r.global_steps), static_cast<long long>(r.skipped_steps),
+                r.lr, r.loss_scale, r.grad_norm, r.loss);
+    if (breakdown_) {
+      std::printf(" | time (ms, mean of %lld steps): backward %.1f, step %.1f",
+                  static_cast<long long>(timed_steps_), backward_ms_ / timed_steps_,
+                  step_ms_ / timed_steps_);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    backward_ms_ = step_ms_ = 0;
+    timed_steps_ = 0;
+  }
+}
+
+}  // namespace zero
