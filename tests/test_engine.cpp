@@ -362,3 +362,55 @@ TEST(Scheduler, AdvancesOnlyOnAppliedSteps) {
 
 }  // namespace
 }  // namespace zero::test
+
+#include <filesystem>
+#include <fstream>
+
+namespace zero::test {
+namespace {
+
+TEST(Monitor, CsvMonitorWritesOneRowPerStepOnRankZero) {
+  auto comm = world();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("zero-csv-" + std::to_string(comm->size()))).string();
+  if (comm->rank() == 0) std::filesystem::remove_all(dir);
+  comm->barrier();
+  RunOptions options;
+  options.stage = 2;
+  options.steps = 3;
+  options.extra_top_json = "\"steps_per_print\": 1, \"wall_clock_breakdown\": true, "
+                           "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"" + dir +
+                           "\", \"job_name\": \"job\"}";
+  testing::internal::CaptureStdout();
+  const RunResult run = run_engine(mlp_spec(), options, comm);
+  const std::string printed = testing::internal::GetCapturedStdout();
+  comm->barrier();
+  if (comm->rank() != 0) {
+    EXPECT_EQ(printed.find("[zero] step="), std::string::npos) << "only rank 0 reports";
+    return;
+  }
+  for (int step = 1; step <= 3; ++step) {
+    EXPECT_NE(printed.find("[zero] step=" + std::to_string(step) + ","), std::string::npos)
+        << printed;
+  }
+  EXPECT_NE(printed.find("backward"), std::string::npos) << printed;
+  for (const char* name : {"Train_Samples_train_loss.csv", "Train_Samples_lr.csv"}) {
+    std::ifstream file(dir + "/job/" + name);
+    ASSERT_TRUE(file.good()) << name;
+    std::string line;
+    int rows = -1;  // header
+    while (std::getline(file, line)) ++rows;
+    EXPECT_EQ(rows, 3) << name;
+  }
+  std::ifstream loss(dir + "/job/Train_Samples_train_loss.csv");
+  std::string header, first;
+  std::getline(loss, header);
+  std::getline(loss, first);
+  EXPECT_EQ(header, "step,train_loss");
+  EXPECT_EQ(first.substr(0, first.find(',')), std::to_string(2 * comm->size()))
+      << "x axis is global samples: micro-batch 2 x " << comm->size() << " ranks";
+  (void)run;
+}
+
+}  // namespace
+}  // namespace zero::test
