@@ -469,29 +469,47 @@ class MpiCommunicator final : public Communicator {
     const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
     const int64_t largest = *std::max_element(counts_.begin(), counts_.end());
     std::byte* recv = scratch(std::min(seg, largest) * es);
+    ring_schedule(call, base, es, seg, /*shift=*/1, "MPI_Sendrecv (ring reduce-scatter)",
+                  [&](int, int64_t, std::byte*) {
+                    return recv;  // segments land in the scratch buffer, then get reduced
+                  },
+                  [&](int step, int64_t offset, std::byte* recv_base, int64_t n) {
+                    std::byte* reduced = step + 2 == size_ ? result : recv_base;
+                    reduce_to(op, dtype, reduced + offset, recv_base + offset, recv, n);
+                  });
+  }
+
+  // The segmented ring both collectives share: at step s (0..N-2) rank r sends chunk
+  // (r - s - shift) mod N to rank r+1 and receives chunk (r - s - shift - 1) mod N from rank
+  // r-1, segment by segment (see the segmentation note above). `destination(step, offset,
+  // recv_chunk_base)` says where a received segment lands; `received(step, offset,
+  // recv_chunk_base, n)` runs after each Sendrecv with the n elements received.
+  template <typename Destination, typename Received>
+  void ring_schedule(const Call& call, std::byte* base, int64_t es, int64_t seg, int shift,
+                     const char* what, Destination&& destination, Received&& received) {
     const int next = mod(rank_ + 1);
     const int prev = mod(rank_ - 1);
     for (int s = 0; s + 1 < size_; ++s) {
-      const int send_chunk = mod(rank_ - s - 1);
-      const int recv_chunk = mod(rank_ - s - 2);
+      const int send_chunk = mod(rank_ - s - shift);
+      const int recv_chunk = mod(rank_ - s - shift - 1);
       const int64_t send_n = counts_[send_chunk];
       const int64_t recv_n = counts_[recv_chunk];
       const int64_t send_segs = ceil_div(send_n, seg);
       const int64_t recv_segs = ceil_div(recv_n, seg);
       std::byte* send_base = base + offsets_[send_chunk] * es;
       std::byte* recv_base = base + offsets_[recv_chunk] * es;
-      std::byte* reduced = s + 2 == size_ ? result : recv_base;
       for (int64_t k = 0; k < std::max(send_segs, recv_segs); ++k) {
         const int64_t sn = k < send_segs ? std::min(seg, send_n - k * seg) : 0;
         const int64_t rn = k < recv_segs ? std::min(seg, recv_n - k * seg) : 0;
+        const int64_t offset = k * seg * es;
         check_mpi(call,
-                  MPI_Sendrecv(send_base + k * seg * es, static_cast<int>(sn * es), MPI_BYTE,
-                               k < send_segs ? next : MPI_PROC_NULL, kRingTag, recv,
-                               static_cast<int>(rn * es), MPI_BYTE,
-                               k < recv_segs ? prev : MPI_PROC_NULL, kRingTag, comm_,
+                  MPI_Sendrecv(send_base + offset, static_cast<int>(sn * es), MPI_BYTE,
+                               k < send_segs ? next : MPI_PROC_NULL, kRingTag,
+                               destination(s, offset, recv_base), static_cast<int>(rn * es),
+                               MPI_BYTE, k < recv_segs ? prev : MPI_PROC_NULL, kRingTag, comm_,
                                MPI_STATUS_IGNORE),
-                  "MPI_Sendrecv (ring reduce-scatter)");
-        reduce_to(op, dtype, reduced + k * seg * es, recv_base + k * seg * es, recv, rn);
+                  what);
+        received(s, offset, recv_base, rn);
       }
     }
   }
@@ -542,29 +560,9 @@ class MpiCommunicator final : public Communicator {
     // Ring: at step s rank r forwards chunk (r-s) mod N to r+1 and receives chunk (r-s-1)
     // mod N from r-1 straight into place; segmented like the reduce-scatter.
     const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
-    const int next = mod(rank_ + 1);
-    const int prev = mod(rank_ - 1);
-    for (int s = 0; s + 1 < size_; ++s) {
-      const int send_chunk = mod(rank_ - s);
-      const int recv_chunk = mod(rank_ - s - 1);
-      const int64_t send_n = counts_[send_chunk];
-      const int64_t recv_n = counts_[recv_chunk];
-      const int64_t send_segs = ceil_div(send_n, seg);
-      const int64_t recv_segs = ceil_div(recv_n, seg);
-      std::byte* send_base = base + offsets_[send_chunk] * es;
-      std::byte* recv_base = base + offsets_[recv_chunk] * es;
-      for (int64_t k = 0; k < std::max(send_segs, recv_segs); ++k) {
-        const int64_t sn = k < send_segs ? std::min(seg, send_n - k * seg) : 0;
-        const int64_t rn = k < recv_segs ? std::min(seg, recv_n - k * seg) : 0;
-        check_mpi(call,
-                  MPI_Sendrecv(send_base + k * seg * es, static_cast<int>(sn * es), MPI_BYTE,
-                               k < send_segs ? next : MPI_PROC_NULL, kRingTag,
-                               recv_base + k * seg * es, static_cast<int>(rn * es), MPI_BYTE,
-                               k < recv_segs ? prev : MPI_PROC_NULL, kRingTag, comm_,
-                               MPI_STATUS_IGNORE),
-                  "MPI_Sendrecv (ring all-gather)");
-      }
-    }
+    ring_schedule(call, base, es, seg, /*shift=*/0, "MPI_Sendrecv (ring all-gather)",
+                  [](int, int64_t offset, std::byte* recv_base) { return recv_base + offset; },
+                  [](int, int64_t, std::byte*, int64_t) {});
   }
 
   // Below this many input bytes the ring's latency wins over the shared path's three syncs.
