@@ -18,5 +18,10 @@ if(TARGET zero-train)
   add_test(NAME zero_train_bad_inputs
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_bad_inputs.sh $<TARGET_FILE:zero-train>
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/bad-inputs)
-  set_tests_properties(zero_train_deepspeed_example zero_train_bad_inputs PROPERTIES TIMEOUT 900)
+  add_test(NAME zero_train_interrupt
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_interrupt.sh $<TARGET_FILE:zero-train>
+                   ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/stage2.json
+                   ${CMAKE_CURRENT_BINARY_DIR}/train/run-interrupt)
+  set_tests_properties(zero_train_deepspeed_example zero_train_bad_inputs zero_train_interrupt
+                       PROPERTIES TIMEOUT 900)
 endif()
