@@ -343,6 +343,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"zero-train: train GPT-2 with ZeRO across MPI ranks from a DeepSpeed config"};
+  // A later flag overrides an earlier one (scripts/demo.sh passes defaults, users add their own).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
   // Checked after start-up (GPT2Config::preset), so the message comes once, from rank 0.
   app.add_option("--model", o.model, "model preset: gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, "
