@@ -76,7 +76,11 @@ std::string make_config_json(const RunOptions& o) {
   }
   json << "}}";
   if (o.dtype == "bf16") json << ", \"bf16\": {\"enabled\": true}";
-  if (o.dtype == "fp16") json << ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}";
+  if (o.dtype == "fp16") {
+    json << ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8";
+    if (o.fp16_hysteresis > 0) json << ", \"hysteresis\": " << o.fp16_hysteresis;
+    json << "}";
+  }
   if (!o.extra_top_json.empty()) json << ", " << o.extra_top_json;
   json << ", \"zero_optimization\": {\"stage\": " << o.stage
        << ", \"reduce_bucket_size\": " << o.reduce_bucket_size

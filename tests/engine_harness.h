@@ -50,6 +50,7 @@ struct RunOptions {
   int64_t reduce_bucket_size = 100;
   int64_t allgather_bucket_size = 77;
   bool fixed_batch = false;         // every step trains on step 0's batch (to see learning)
+  int fp16_hysteresis = 0;          // fp16.hysteresis when > 0 (else DeepSpeed's default, 2)
 };
 
 std::string make_config_json(const RunOptions& options);

@@ -4,11 +4,15 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "engine_harness.h"
 #include "test_util.h"
 #include "zero/error.h"
 #include "zero/gpt2.h"
 #include "zero/memory.h"
+#include "zero/scheduler.h"
 #include "zero/shard.h"
 
 namespace zero::test {
@@ -50,12 +54,9 @@ TEST(MixedPrecision, InjectedFp16OverflowSkipsStepOnEveryRank) {
     RunOptions options;
     options.stage = 2;
     options.dtype = "fp16";
-    options.extra_top_json.clear();
+    options.fp16_hysteresis = hysteresis;
     auto model = mlp_spec().build();
-    std::string json = make_config_json(options);
-    json.replace(json.find("\"initial_scale_power\": 8"), 24,
-                 "\"initial_scale_power\": 8, \"hysteresis\": " + std::to_string(hysteresis));
-    const Config config = parse_config(json, comm->size(), "test config");
+    const Config config = parse_config(make_config_json(options), comm->size(), "test config");
     auto engine = initialize(model, config, comm);
     const ModelSpec spec = mlp_spec();
     const int victim = comm->size() - 1;
@@ -250,11 +251,6 @@ TEST(Misuse, ConfigSolvedForAnotherWorldSizeIsRejected) {
   EXPECT_THROW(initialize(mlp_spec().build(), wrong, comm), Error);
 }
 
-}  // namespace
-}  // namespace zero::test
-
-namespace zero::test {
-namespace {
 
 TEST(StartUp, ConfigsThatDisagreeNameTheKey) {
   auto comm = world();
@@ -312,13 +308,6 @@ TEST(Backward, ParametersUnusedOnSomeRanksDoNotHang) {
   }
 }
 
-}  // namespace
-}  // namespace zero::test
-
-#include "zero/scheduler.h"
-
-namespace zero::test {
-namespace {
 
 // The config's scheduler sets the rate of every applied step and does not advance on a step
 // skipped for fp16 overflow (DeepSpeed's engine steps the scheduler only after applied steps).
@@ -331,10 +320,8 @@ TEST(Scheduler, AdvancesOnlyOnAppliedSteps) {
   options.extra_top_json =
       "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.0001, "
       "\"warmup_max_lr\": 0.001, \"warmup_num_steps\": 5, \"warmup_type\": \"linear\"}}";
-  std::string json = make_config_json(options);
-  json.replace(json.find("\"initial_scale_power\": 8"), 24,
-               "\"initial_scale_power\": 8, \"hysteresis\": 1");
-  const Config config = parse_config(json, comm->size(), "test config");
+  options.fp16_hysteresis = 1;
+  const Config config = parse_config(make_config_json(options), comm->size(), "test config");
   const auto schedule = make_scheduler(config);
   ASSERT_NE(schedule, nullptr);
   auto model = mlp_spec().build();
@@ -360,14 +347,6 @@ TEST(Scheduler, AdvancesOnlyOnAppliedSteps) {
   EXPECT_GT(schedule->lr_at(4), schedule->lr_at(0));
 }
 
-}  // namespace
-}  // namespace zero::test
-
-#include <filesystem>
-#include <fstream>
-
-namespace zero::test {
-namespace {
 
 TEST(Monitor, CsvMonitorWritesOneRowPerStepOnRankZero) {
   auto comm = world();
