@@ -10,7 +10,9 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "zero/gathered_parameters.h"
 #include "zero/gpt2.h"
+#include "zero/unit.h"
 
 namespace zero::test {
 
@@ -22,6 +24,10 @@ ModelSpec mlp_spec() {
     auto model = std::make_shared<torch::nn::SequentialImpl>(
         torch::nn::Linear(6, 11), torch::nn::Tanh(), torch::nn::Linear(11, 9), torch::nn::Tanh(),
         torch::nn::Linear(9, 5));
+    // Each Linear is a stage-3 unit (a pass-through at stages 0-2).
+    for (const auto& child : model->children()) {
+      if (!child->parameters().empty()) declare_unit(*child);
+    }
     return std::static_pointer_cast<torch::nn::Module>(model);
   };
   spec.batch = [](int64_t step, int64_t rows) {
@@ -32,7 +38,10 @@ ModelSpec mlp_spec() {
   };
   spec.loss = [](torch::nn::Module& model, const at::Tensor& x, const at::Tensor& y) {
     auto& sequential = dynamic_cast<torch::nn::SequentialImpl&>(model);
-    at::Tensor out = sequential.forward(x.to(sequential.parameters()[0].scalar_type()));
+    at::Tensor out = x.to(sequential.parameters()[0].scalar_type());
+    for (auto& layer : sequential) {
+      out = run_with(*layer.ptr(), [&] { return layer.forward(out); });
+    }
     return at::mse_loss(out.to(at::kFloat), y);
   };
   return spec;
@@ -131,7 +140,11 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
     result.losses.push_back(total.item<double>() / (world * gas));
     result.norms.push_back(engine.global_grad_norm());
   }
-  result.parameters = flatten_parameters(*result.model);
+  {
+    // Whole parameters at every stage (at stage 3 they are released outside forward).
+    GatheredParameters whole(engine, result.model->parameters());
+    result.parameters = flatten_parameters(*result.model);
+  }
   return result;
 }
 

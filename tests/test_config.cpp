@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -272,7 +273,12 @@ TEST(Config, EffectiveJson) {
             R"("wall_clock_breakdown":false,)"
             R"("zero_optimization":{"allgather_bucket_size":500000000,"allgather_partitions":true,)"
             R"("contiguous_gradients":true,"overlap_comm":false,"reduce_bucket_size":500000000,)"
-            R"("reduce_scatter":true,"stage":1}})");
+            R"("reduce_scatter":true,"stage":1,)"
+            R"("stage3_gather_16bit_weights_on_model_save":false,)"
+            R"("stage3_max_live_parameters":1000000000,"stage3_max_reuse_distance":1000000000,)"
+            R"("stage3_model_persistence_threshold":9223372036854775807,)"
+            R"("stage3_param_persistence_threshold":100000,)"
+            R"("stage3_prefetch_bucket_size":50000000}})");
   // The effective JSON is itself a config that parses to the same effective JSON.
   EXPECT_EQ(parse_config(a.effective_json, 2).effective_json, a.effective_json);
   // Equivalent configs have the same canonical form ("Adam" is AdamW by default; the triple
@@ -440,9 +446,9 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
         "'zero_optimization.offload_optimizer.device'"}},
       // zero_optimization values
       {"stage 4", with(R"("zero_optimization": {"stage": 4})"), 1,
-       {"zero_optimization.stage = 4 is invalid", "0, 1, 2"}},
-      {"stage 3", with(R"("zero_optimization": {"stage": 3})"), 1,
-       {"zero_optimization.stage = 3 is not supported yet", "0, 1, 2"}},
+       {"zero_optimization.stage = 4 is invalid", "allowed: 0, 1, 2, 3"}},
+      {"stage -1", with(R"("zero_optimization": {"stage": -1})"), 1,
+       {"zero_optimization.stage = -1 is invalid", "allowed: 0, 1, 2, 3"}},
       {"stage string", with(R"("zero_optimization": {"stage": "2"})"), 1,
        {"zero_optimization.stage = \"2\" is invalid", "integer"}},
       {"fractional bucket", with(R"("zero_optimization": {"reduce_bucket_size": 1.5})"), 1,
@@ -455,10 +461,10 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"zero_optimization.overlap_comm = \"yes\"", "true, false or null"}},
       {"offload to cpu", with(R"("zero_optimization": {"offload_optimizer": {"device": "cpu"}})"), 1,
        {"zero_optimization.offload_optimizer.device = \"cpu\" is not supported yet", "\"none\""}},
-      {"non-default stage3 key",
-       with(R"("zero_optimization": {"stage3_param_persistence_threshold": 1e6})"), 1,
-       {"zero_optimization.stage3_param_persistence_threshold = 1000000.0 is not supported yet",
-        "100000"}},
+      {"non-default unimplemented stage3 key",
+       with(R"("zero_optimization": {"stage": 3, "sub_group_size": 1e12})"), 1,
+       {"zero_optimization.sub_group_size = 1000000000000.0 is not supported yet",
+        "1000000000", "a DeepSpeed stage-3 internal that zero does not implement"}},
       {"ZeRO++", with(R"("zero_optimization": {"zero_quantized_gradients": true})"), 1,
        {"zero_optimization.zero_quantized_gradients = true is not supported yet"}},
       {"legacy cpu_offload", with(R"("zero_optimization": {"cpu_offload": true})"), 1,
@@ -699,6 +705,169 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
           << "message: " << message << "\nexpected to contain: " << part;
     }
   }
+}
+
+// ZeRO stage 3 and its keys (DeepSpeedZeroConfig): DeepSpeed's names, aliases and defaults.
+TEST(Config, Stage3) {
+  Config c = parse_config(with(R"("zero_optimization": {"stage": 3})"), 1);
+  const ZeroOptimizationConfig& z = c.zero_optimization;
+  EXPECT_EQ(z.stage, 3);
+  EXPECT_TRUE(z.overlap_comm);  // DeepSpeed: None -> true for stage 3
+  EXPECT_EQ(z.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_EQ(z.stage3_param_persistence_threshold, 100000);
+  EXPECT_EQ(z.stage3_model_persistence_threshold, INT64_MAX);
+  EXPECT_EQ(z.stage3_max_live_parameters, 1000000000);
+  EXPECT_EQ(z.stage3_max_reuse_distance, 1000000000);
+  EXPECT_FALSE(z.stage3_gather_16bit_weights_on_model_save);
+
+  // overlap_comm: null / "auto" / absent follow the stage; an explicit value wins.
+  for (const char* overlap : {"", R"(, "overlap_comm": null)", R"(, "overlap_comm": "auto")"}) {
+    SCOPED_TRACE(overlap);
+    EXPECT_TRUE(parse_config(with(std::string(R"("zero_optimization": {"stage": 3)") + overlap +
+                                  "}"), 1).zero_optimization.overlap_comm);
+    for (int stage : {0, 1, 2}) {
+      EXPECT_FALSE(parse_config(with(R"("zero_optimization": {"stage": )" +
+                                     std::to_string(stage) + overlap + "}"), 1)
+                       .zero_optimization.overlap_comm);
+    }
+  }
+  EXPECT_FALSE(parse_config(with(R"("zero_optimization": {"stage": 3, "overlap_comm": false})"), 1)
+                   .zero_optimization.overlap_comm);
+  EXPECT_TRUE(parse_config(with(R"("zero_optimization": {"stage": 2, "overlap_comm": true})"), 1)
+                  .zero_optimization.overlap_comm);
+  EXPECT_FALSE(parse_config(with(""), 1).zero_optimization.overlap_comm);  // stage 0
+  EXPECT_FALSE(parse_config(with(R"("zero_optimization": true)"), 1).zero_optimization.overlap_comm);
+
+  // Every key under its stage3_ name, with JSON numbers like 5e7.
+  c = parse_config(with(R"("zero_optimization": {"stage": 3,
+      "stage3_prefetch_bucket_size": 5e7, "stage3_param_persistence_threshold": 1e4,
+      "stage3_model_persistence_threshold": 123456789, "stage3_max_live_parameters": 3e8,
+      "stage3_max_reuse_distance": 0, "stage3_gather_16bit_weights_on_model_save": true})"), 1);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 10000);
+  EXPECT_EQ(c.zero_optimization.stage3_model_persistence_threshold, 123456789);
+  EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 300000000);
+  EXPECT_EQ(c.zero_optimization.stage3_max_reuse_distance, 0);
+  EXPECT_TRUE(c.zero_optimization.stage3_gather_16bit_weights_on_model_save);
+  // The effective config names them (canonical stage3_ names) and parses back to itself.
+  EXPECT_EQ(parse_config(c.effective_json, 1).effective_json, c.effective_json);
+  const std::vector<std::string> lines = effective_config_lines(c);
+  for (const char* line :
+       {"zero_optimization.stage = 3", "zero_optimization.overlap_comm = true",
+        "zero_optimization.stage3_prefetch_bucket_size = 50000000",
+        "zero_optimization.stage3_param_persistence_threshold = 10000",
+        "zero_optimization.stage3_model_persistence_threshold = 123456789",
+        "zero_optimization.stage3_max_live_parameters = 300000000",
+        "zero_optimization.stage3_max_reuse_distance = 0",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save = true"}) {
+    EXPECT_NE(std::find(lines.begin(), lines.end(), line), lines.end()) << line;
+  }
+
+  // The same under DeepSpeed's aliases (the pydantic field names) gives the same config.
+  const Config alias = parse_config(with(R"("zero_optimization": {"stage": 3,
+      "prefetch_bucket_size": 50000000, "param_persistence_threshold": 10000,
+      "model_persistence_threshold": 1.23456789e8, "max_live_parameters": 300000000,
+      "max_reuse_distance": 0, "gather_16bit_weights_on_model_save": true})"), 1);
+  EXPECT_EQ(alias.effective_json, c.effective_json);
+  // The deprecated stage3_gather_fp16_weights_on_model_save maps to the 16-bit key.
+  EXPECT_TRUE(parse_config(with(R"("zero_optimization": {"stage": 3,
+      "stage3_gather_fp16_weights_on_model_save": true})"), 1)
+                  .zero_optimization.stage3_gather_16bit_weights_on_model_save);
+
+  // 0 is allowed for every size (0 = no prefetch).
+  c = parse_config(with(R"("zero_optimization": {"stage": 3, "prefetch_bucket_size": 0,
+      "param_persistence_threshold": 0, "model_persistence_threshold": 0,
+      "max_live_parameters": 0, "max_reuse_distance": 0})"), 1);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 0);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 0);
+  EXPECT_EQ(c.zero_optimization.stage3_model_persistence_threshold, 0);
+  EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 0);
+  EXPECT_EQ(c.zero_optimization.stage3_max_reuse_distance, 0);
+  // "auto" means the default.
+  EXPECT_EQ(parse_config(with(R"("zero_optimization": {"stage": 3,
+      "stage3_prefetch_bucket_size": "auto"})"), 1).zero_optimization.stage3_prefetch_bucket_size,
+            50000000);
+
+  // Accepted (and recorded) at stages 0-2 too, where they have no effect, as in DeepSpeed.
+  c = parse_config(with(R"("zero_optimization": {"stage": 2, "stage3_prefetch_bucket_size": 1000,
+      "stage3_max_live_parameters": 2e9, "stage3_gather_16bit_weights_on_model_save": true})"), 1);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 1000);
+  EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 2000000000);
+  EXPECT_TRUE(c.zero_optimization.stage3_gather_16bit_weights_on_model_save);
+}
+
+TEST(Config, Stage3InvalidValues) {
+  const std::vector<InvalidCase> cases = {
+      {"negative prefetch", with(R"("zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": -1})"), 1,
+       {"zero_optimization.stage3_prefetch_bucket_size = -1 is invalid", ">= 0"}},
+      {"fractional prefetch alias", with(R"("zero_optimization": {"prefetch_bucket_size": 1.5})"), 1,
+       {"zero_optimization.prefetch_bucket_size = 1.5 is invalid", "integer"}},
+      {"string persistence", with(R"("zero_optimization": {"stage3_param_persistence_threshold": "1e5"})"), 1,
+       {"zero_optimization.stage3_param_persistence_threshold = \"1e5\" is invalid", "integer"}},
+      {"negative model persistence", with(R"("zero_optimization": {"model_persistence_threshold": -5})"), 1,
+       {"zero_optimization.model_persistence_threshold = -5 is invalid", ">= 0"}},
+      {"null max live", with(R"("zero_optimization": {"stage3_max_live_parameters": null})"), 1,
+       {"zero_optimization.stage3_max_live_parameters = null is invalid", "integer"}},
+      {"negative max live alias", with(R"("zero_optimization": {"max_live_parameters": -1e9})"), 1,
+       {"zero_optimization.max_live_parameters = -1000000000.0 is invalid", ">= 0"}},
+      {"negative reuse distance", with(R"("zero_optimization": {"stage3_max_reuse_distance": -2})"), 1,
+       {"zero_optimization.stage3_max_reuse_distance = -2 is invalid", ">= 0"}},
+      {"too large reuse distance", with(R"("zero_optimization": {"max_reuse_distance": 1e19})"), 1,
+       {"zero_optimization.max_reuse_distance = 1e+19 is invalid", "integer"}},
+      {"gather weights number", with(R"("zero_optimization": {"stage3_gather_16bit_weights_on_model_save": 1})"), 1,
+       {"zero_optimization.stage3_gather_16bit_weights_on_model_save = 1 is invalid", "true or false"}},
+      {"deprecated gather weights string", with(R"("zero_optimization": {"stage3_gather_fp16_weights_on_model_save": "yes"})"), 1,
+       {"zero_optimization.stage3_gather_fp16_weights_on_model_save = \"yes\" is invalid"}},
+      // A key given under two of its names.
+      {"prefetch and alias",
+       with(R"("zero_optimization": {"stage3_prefetch_bucket_size": 1, "prefetch_bucket_size": 1})"), 1,
+       {"both 'zero_optimization.stage3_prefetch_bucket_size' and its alias "
+        "'zero_optimization.prefetch_bucket_size' are given"}},
+      {"persistence and alias (auto)",
+       with(R"("zero_optimization": {"param_persistence_threshold": 1, "stage3_param_persistence_threshold": "auto"})"), 1,
+       {"'zero_optimization.stage3_param_persistence_threshold'",
+        "'zero_optimization.param_persistence_threshold'", "keep one of them"}},
+      {"model persistence and alias",
+       with(R"("zero_optimization": {"stage3_model_persistence_threshold": 1, "model_persistence_threshold": 2})"), 1,
+       {"'zero_optimization.stage3_model_persistence_threshold'",
+        "'zero_optimization.model_persistence_threshold'"}},
+      {"max live and alias",
+       with(R"("zero_optimization": {"stage3_max_live_parameters": 1, "max_live_parameters": 1})"), 1,
+       {"'zero_optimization.stage3_max_live_parameters'", "'zero_optimization.max_live_parameters'"}},
+      {"reuse distance and alias",
+       with(R"("zero_optimization": {"stage3_max_reuse_distance": 1, "max_reuse_distance": 1})"), 1,
+       {"'zero_optimization.stage3_max_reuse_distance'", "'zero_optimization.max_reuse_distance'"}},
+      {"16-bit and deprecated fp16 gather",
+       with(R"("zero_optimization": {"stage3_gather_16bit_weights_on_model_save": true, "stage3_gather_fp16_weights_on_model_save": true})"), 1,
+       {"'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
+        "'zero_optimization.stage3_gather_fp16_weights_on_model_save'"}},
+      {"16-bit alias and deprecated fp16 gather",
+       with(R"("zero_optimization": {"gather_16bit_weights_on_model_save": false, "stage3_gather_fp16_weights_on_model_save": false})"), 1,
+       {"'zero_optimization.gather_16bit_weights_on_model_save'",
+        "'zero_optimization.stage3_gather_fp16_weights_on_model_save'"}},
+      // Unimplemented stage-3 keys stay default-only.
+      {"module granularity", with(R"("zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 100})"), 1,
+       {"zero_optimization.stage3_module_granularity_threshold = 100 is not supported yet",
+        "stage-3 internal that zero does not implement"}},
+      {"memory_efficient_linear", with(R"("zero_optimization": {"stage": 3, "memory_efficient_linear": false})"), 1,
+       {"zero_optimization.memory_efficient_linear = false is not supported yet"}},
+      {"typo of a stage3 key", with(R"("zero_optimization": {"stage3_prefetch_bucket_sise": 1})"), 1,
+       {"unknown key 'zero_optimization.stage3_prefetch_bucket_sise'",
+        "did you mean 'zero_optimization.stage3_prefetch_bucket_size'?"}},
+  };
+  for (const InvalidCase& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    const std::string message = error_of(tc.text, tc.world_size);
+    EXPECT_EQ(message.rfind(std::string(kSource) + ": ", 0), 0u) << message;
+    for (const std::string& part : tc.expected) {
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "message: " << message << "\nexpected to contain: " << part;
+    }
+  }
+  // The "planned" wording is gone from the unimplemented stage-3 keys.
+  EXPECT_EQ(error_of(with(R"("zero_optimization": {"sub_group_size": 1})")).find("planned"),
+            std::string::npos);
 }
 
 class ConfigFiles : public ::testing::Test {

@@ -49,13 +49,20 @@ struct LossScaleConfig {
 };
 
 struct ZeroOptimizationConfig {
-  int stage = 0;                            // 0, 1 or 2 (3: not supported yet)
+  int stage = 0;                            // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500000000;   // elements per gradient bucket
   int64_t allgather_bucket_size = 500000000;// elements per parameter all-gather call
   bool overlap_comm = false;                // communication thread during backward
   bool contiguous_gradients = true;         // stage 2: copy grads into bucket buffers
   bool reduce_scatter = true;               // false: all-reduce buckets, keep the owned part
   bool allgather_partitions = true;         // false (broadcasts) is rejected: not supported yet
+  // Stage 3 (elements, as DeepSpeed counts them; DeepSpeed 0.16.5 code defaults).
+  int64_t stage3_prefetch_bucket_size = 50000000;      // elements gathered ahead of use
+  int64_t stage3_param_persistence_threshold = 100000; // numel <= this: kept whole on all ranks
+  int64_t stage3_model_persistence_threshold = INT64_MAX;  // cap on all persistent elements
+  int64_t stage3_max_live_parameters = 1000000000;     // gathered elements resident at once
+  int64_t stage3_max_reuse_distance = 1000000000;      // keep a unit gathered if reused sooner
+  bool stage3_gather_16bit_weights_on_model_save = false;
 };
 
 /// The `scheduler` section: DeepSpeed's learning-rate schedules (deepspeed/runtime/lr_schedules.py).

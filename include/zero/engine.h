@@ -1,5 +1,6 @@
 // The ZeRO engine: data-parallel training of a libtorch module with partitioned optimizer
-// state (stage 1) and gradients (stage 2).
+// state (stage 1), gradients (stage 2) and parameters (stage 3; the model declares its units,
+// see zero/unit.h).
 //
 //   auto comm   = zero::make_mpi_communicator();
 //   auto config = zero::load_config("ds_config.json", comm->size());
@@ -32,11 +33,15 @@ namespace zero {
 
 /// Model-state bytes held by this rank, by category (the ZeRO paper's accounting).
 struct ModelStateBytes {
-  int64_t params = 0;           // the model's trainable parameters (param dtype, full size)
-  int64_t grads = 0;            // gradients: full buffer (stages 0, 1) or owned shard (stage 2)
+  int64_t params = 0;           // trainable parameters, param dtype: full (stages 0-2) or the
+                                // owned shard plus the persistent ones (stage 3)
+  int64_t grads = 0;            // gradients: full buffer (stages 0, 1) or owned shard (2, 3)
   int64_t master_params = 0;    // fp32 master weights (0 when params are fp32 and can serve)
   int64_t optimizer_state = 0;  // Adam m and v / SGD momentum, fp32
   int64_t total() const { return params + grads + master_params + optimizer_state; }
+  // Stage 3: the most bytes of partitioned parameters gathered whole at once so far (the
+  // live-parameter budget in use); not part of total(). 0 at stages 0-2.
+  int64_t gathered_peak = 0;
 };
 
 class Engine {

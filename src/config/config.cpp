@@ -349,6 +349,69 @@ void parse_precision(const ObjectView& top, Config& config) {
 
 // ---- zero_optimization --------------------------------------------------------------------
 
+// The stage-3 keys zero implements, each with its DeepSpeed names: the canonical one (the name
+// in effective_json) first, then its aliases. DeepSpeed's pydantic model names the field
+// without the prefix and takes the stage3_ name as its alias;
+// stage3_gather_fp16_weights_on_model_save is its deprecated name for the last one.
+struct Stage3Key {
+  std::vector<const char*> names;
+};
+const Stage3Key kPrefetchBucketSize{{"stage3_prefetch_bucket_size", "prefetch_bucket_size"}};
+const Stage3Key kParamPersistence{
+    {"stage3_param_persistence_threshold", "param_persistence_threshold"}};
+const Stage3Key kModelPersistence{
+    {"stage3_model_persistence_threshold", "model_persistence_threshold"}};
+const Stage3Key kMaxLiveParameters{{"stage3_max_live_parameters", "max_live_parameters"}};
+const Stage3Key kMaxReuseDistance{{"stage3_max_reuse_distance", "max_reuse_distance"}};
+const Stage3Key kGather16bitWeights{{"stage3_gather_16bit_weights_on_model_save",
+                                     "gather_16bit_weights_on_model_save",
+                                     "stage3_gather_fp16_weights_on_model_save"}};
+
+// The name under which `key` is given (its canonical name when absent). Giving it under two
+// names is an error, as for bf16 / bfloat16 (DeepSpeed asserts for a deprecated name given with
+// its new one).
+std::string stage3_name(const ObjectView& view, const Stage3Key& key) {
+  const char* found = nullptr;
+  for (const char* name : key.names) {
+    if (view.raw(name) == nullptr) continue;
+    if (found != nullptr) {
+      fail(view.source(), "both '" + view.key_path(found) + "' and its alias '" +
+                              view.key_path(name) + "' are given; keep one of them");
+    }
+    found = name;
+  }
+  return found != nullptr ? found : key.names.front();
+}
+
+// Stage-3 keys (DeepSpeedZeroConfig, DeepSpeed 0.16.5). Sizes are element counts, integers
+// >= 0 as in DeepSpeed (ge=0). Accepted at every stage; stages 0-2 do not use them (DeepSpeed
+// ignores them there too).
+void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
+  auto count = [&](const Stage3Key& key, int64_t fallback, const char* expected) {
+    return view.get_integer(stage3_name(view, key), fallback, 0, kInt64Max, expected);
+  };
+  zero.stage3_prefetch_bucket_size =
+      count(kPrefetchBucketSize, 50000000,
+            "an integer number of elements >= 0 (e.g. 5e7; 0 disables prefetching)");
+  zero.stage3_param_persistence_threshold =
+      count(kParamPersistence, 100000,
+            "an integer number of elements >= 0 (parameters with at most this many elements "
+            "are not partitioned; 0: none)");
+  zero.stage3_model_persistence_threshold =
+      count(kModelPersistence, kInt64Max,
+            "an integer number of elements >= 0 (cap on all persistent parameters' elements)");
+  zero.stage3_max_live_parameters =
+      count(kMaxLiveParameters, 1000000000,
+            "an integer number of elements >= 0 (e.g. 1e9; 0: no prefetch beyond the module "
+            "being fetched)");
+  zero.stage3_max_reuse_distance =
+      count(kMaxReuseDistance, 1000000000,
+            "an integer number of elements >= 0 (e.g. 1e9; 0: release every parameter after "
+            "use)");
+  zero.stage3_gather_16bit_weights_on_model_save =
+      view.get_bool(stage3_name(view, kGather16bitWeights), false);
+}
+
 void parse_zero(const ObjectView& top, Config& config) {
   const std::string& source = top.source();
   ZeroOptimizationConfig& zero = config.zero_optimization;
@@ -380,16 +443,10 @@ void parse_zero(const ObjectView& top, Config& config) {
   view.check_keys(all_keys(config_detail::zero_implemented_keys(),
                            config_detail::zero_default_only()));
 
-  const int64_t stage =
-      view.get_integer("stage", 0, std::numeric_limits<int64_t>::min(), kInt64Max,
-                       "an integer: 0, 1 or 2");
-  if (stage == 3) {
-    view.not_supported("stage", *view.raw("stage"),
-                       "allowed: 0, 1, 2 (ZeRO stage 3 is planned for a later version)");
-  }
-  if (stage < 0 || stage > 2) {
-    view.invalid("stage", *view.raw("stage"), "one of 0, 1, 2 (3 is not supported yet)");
-  }
+  const char* stage_expected = "an integer ZeRO stage; allowed: 0, 1, 2, 3";
+  const int64_t stage = view.get_integer("stage", 0, std::numeric_limits<int64_t>::min(),
+                                         kInt64Max, stage_expected);
+  if (stage < 0 || stage > 3) view.invalid("stage", *view.raw("stage"), stage_expected);
   zero.stage = static_cast<int>(stage);
   const char* bucket = "an integer number of elements > 0 (e.g. 5e8)";
   zero.reduce_bucket_size =
@@ -397,7 +454,7 @@ void parse_zero(const ObjectView& top, Config& config) {
   zero.allgather_bucket_size =
       view.get_integer("allgather_bucket_size", kDefaultBucketSize, 1, kInt64Max, bucket);
   // DeepSpeed's default is None: true for stage 3, false for stages 0-2.
-  zero.overlap_comm = view.get_optional_bool("overlap_comm").value_or(false);
+  zero.overlap_comm = view.get_optional_bool("overlap_comm").value_or(zero.stage == 3);
   zero.contiguous_gradients = view.get_bool("contiguous_gradients", true);
   zero.reduce_scatter = view.get_bool("reduce_scatter", true);
   zero.allgather_partitions = view.get_bool("allgather_partitions", true);
@@ -406,6 +463,7 @@ void parse_zero(const ObjectView& top, Config& config) {
                        "only true (all-gather) is accepted; the broadcast variant is not "
                        "implemented");
   }
+  parse_stage3(view, zero);
   for (const DefaultOnlyKey& spec : config_detail::zero_default_only()) {
     check_default_only(view, spec);
   }
@@ -649,7 +707,16 @@ std::string effective_json(const Config& config) {
                                {"overlap_comm", zero.overlap_comm},
                                {"contiguous_gradients", zero.contiguous_gradients},
                                {"reduce_scatter", zero.reduce_scatter},
-                               {"allgather_partitions", zero.allgather_partitions}};
+                               {"allgather_partitions", zero.allgather_partitions},
+                               {"stage3_prefetch_bucket_size", zero.stage3_prefetch_bucket_size},
+                               {"stage3_param_persistence_threshold",
+                                zero.stage3_param_persistence_threshold},
+                               {"stage3_model_persistence_threshold",
+                                zero.stage3_model_persistence_threshold},
+                               {"stage3_max_live_parameters", zero.stage3_max_live_parameters},
+                               {"stage3_max_reuse_distance", zero.stage3_max_reuse_distance},
+                               {"stage3_gather_16bit_weights_on_model_save",
+                                zero.stage3_gather_16bit_weights_on_model_save}};
 
   if (config.scheduler) {
     const SchedulerConfig& sched = *config.scheduler;

@@ -19,7 +19,11 @@ using Kind = DefaultOnlyKey::Kind;
 const char* const kPredivideNote =
     "DeepSpeed itself requires prescale_gradients false and gradient_predivide_factor 1.0 "
     "with zero_optimization.reduce_scatter, its default";
-const char* const kStage3Note = "it configures ZeRO stage 3, which is planned for a later version";
+// The stage-3 keys zero does not implement: each tunes an internal of DeepSpeed's stage-3
+// implementation (sub-group tiling, leaf modules, fetch strategy, Python-side patching) that
+// zero's stage 3 does not have. The stage-3 keys zero implements are parsed in config.cpp.
+const char* const kStage3Note =
+    "it tunes a DeepSpeed stage-3 internal that zero does not implement";
 const char* const kOffloadNote = "ZeRO-Offload is planned for a later version";
 const char* const kZeroPPNote = "ZeRO++ is not implemented";
 
@@ -199,23 +203,6 @@ const std::vector<DefaultOnlyKey>& zero_default_only() {
       {"cpu_offload_use_pin_memory", Kind::kValue, "null", "false", kOffloadNote},
       {"zenflow", Kind::kValue, "null", nullptr, nullptr},
       {"sub_group_size", Kind::kValue, "1000000000", nullptr, kStage3Note},
-      {"stage3_prefetch_bucket_size", Kind::kValue, "50000000", nullptr, kStage3Note},
-      {"prefetch_bucket_size", Kind::kValue, "50000000", nullptr, kStage3Note},
-      {"stage3_param_persistence_threshold", Kind::kValue, "100000", nullptr, kStage3Note},
-      {"param_persistence_threshold", Kind::kValue, "100000", nullptr, kStage3Note},
-      {"stage3_model_persistence_threshold", Kind::kValue, "9223372036854775807", nullptr,
-       kStage3Note},
-      {"model_persistence_threshold", Kind::kValue, "9223372036854775807", nullptr,
-       kStage3Note},
-      {"stage3_max_live_parameters", Kind::kValue, "1000000000", nullptr, kStage3Note},
-      {"max_live_parameters", Kind::kValue, "1000000000", nullptr, kStage3Note},
-      {"stage3_max_reuse_distance", Kind::kValue, "1000000000", nullptr, kStage3Note},
-      {"max_reuse_distance", Kind::kValue, "1000000000", nullptr, kStage3Note},
-      {"stage3_gather_16bit_weights_on_model_save", Kind::kValue, "false", nullptr,
-       kStage3Note},
-      {"gather_16bit_weights_on_model_save", Kind::kValue, "false", nullptr, kStage3Note},
-      {"stage3_gather_fp16_weights_on_model_save", Kind::kValue, "false", nullptr,
-       kStage3Note},
       {"stage3_module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
       {"module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
       {"stage3_use_all_reduce_for_fetch_params", Kind::kValue, "false", nullptr, kStage3Note},
@@ -306,7 +293,15 @@ const std::vector<std::string>& csv_monitor_keys() {
 const std::vector<std::string>& zero_implemented_keys() {
   static const std::vector<std::string> keys = {
       "stage",          "reduce_bucket_size",   "allgather_bucket_size", "overlap_comm",
-      "reduce_scatter", "contiguous_gradients", "allgather_partitions"};
+      "reduce_scatter", "contiguous_gradients", "allgather_partitions",
+      // stage 3, under each of DeepSpeed's names (config.cpp: parse_stage3)
+      "stage3_prefetch_bucket_size", "prefetch_bucket_size",
+      "stage3_param_persistence_threshold", "param_persistence_threshold",
+      "stage3_model_persistence_threshold", "model_persistence_threshold",
+      "stage3_max_live_parameters", "max_live_parameters",
+      "stage3_max_reuse_distance", "max_reuse_distance",
+      "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+      "stage3_gather_fp16_weights_on_model_save"};
   return keys;
 }
 

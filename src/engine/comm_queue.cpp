@@ -16,16 +16,19 @@ CommQueue::~CommQueue() {
   thread_.join();
 }
 
-void CommQueue::submit(std::function<void()> task) {
+uint64_t CommQueue::submit(std::function<void()> task) {
   if (!use_thread_) {
     task();
-    return;
+    return ++finished_;
   }
+  uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     tasks_.push_back(std::move(task));
+    ticket = ++submitted_;
   }
   work_available_.notify_one();
+  return ticket;
 }
 
 void CommQueue::wait() {
@@ -37,6 +40,23 @@ void CommQueue::wait() {
     error_ = nullptr;
     std::rethrow_exception(error);
   }
+}
+
+void CommQueue::wait_for(uint64_t ticket) {
+  if (!use_thread_) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  drained_.wait(lock, [this, ticket] { return finished_ >= ticket || error_ != nullptr; });
+  if (error_) {
+    std::exception_ptr error = error_;
+    error_ = nullptr;
+    std::rethrow_exception(error);
+  }
+}
+
+bool CommQueue::done(uint64_t ticket) {
+  if (!use_thread_) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_ >= ticket;
 }
 
 void CommQueue::run() {
@@ -59,7 +79,8 @@ void CommQueue::run() {
     }
     lock.lock();
     busy_ = false;
-    if (tasks_.empty()) drained_.notify_all();
+    ++finished_;
+    drained_.notify_all();
   }
 }
 

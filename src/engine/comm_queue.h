@@ -8,6 +8,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -23,10 +24,16 @@ class CommQueue {
   CommQueue(const CommQueue&) = delete;
   CommQueue& operator=(const CommQueue&) = delete;
 
-  /// Runs `task` now (inline mode) or enqueues it (thread mode).
-  void submit(std::function<void()> task);
+  /// Runs `task` now (inline mode) or enqueues it (thread mode). Returns its ticket: tasks
+  /// are numbered 1, 2, ... in submission order.
+  uint64_t submit(std::function<void()> task);
   /// Blocks until every submitted task has finished; rethrows the first task exception.
   void wait();
+  /// Blocks until the task with `ticket` (and so every earlier one) has finished; rethrows the
+  /// first task exception.
+  void wait_for(uint64_t ticket);
+  /// True once the task with `ticket` has finished (never blocks).
+  bool done(uint64_t ticket);
 
  private:
   void run();
@@ -37,6 +44,8 @@ class CommQueue {
   std::condition_variable drained_;
   std::deque<std::function<void()>> tasks_;
   bool busy_ = false;
+  uint64_t submitted_ = 0;  // tickets handed out
+  uint64_t finished_ = 0;   // tasks finished, in order (FIFO: ticket t is done iff t <= finished_)
   bool stopping_ = false;
   std::exception_ptr error_;
   std::thread thread_;

@@ -1,4 +1,5 @@
-// The ZeRO stage 0/1/2 engine. See zero/engine.h for the API.
+// The ZeRO stage 0/1/2 engine (FlatEngine). See zero/engine.h for the API and engine_core.h
+// for what every stage shares (Note [Gradient scaling] is there).
 //
 // Note [Flat buffers]
 // ~~~~~~~~~~~~~~~~~~~
@@ -20,37 +21,19 @@
 // (parameters unused in this forward) are launched then. Every rank therefore issues the same
 // collectives in the same order, whatever order its gradients arrive in.
 //
-// Note [Gradient scaling]
-// ~~~~~~~~~~~~~~~~~~~~~~~
-// backward() scales the loss by loss_scale / gradient_accumulation_steps and the reduction
-// sums over ranks without dividing. The step folds the rest into one multiplier applied
-// inside the fused optimizer loop: grad * clip_coefficient / (world_size * loss_scale). The
-// global norm is computed from the owned, summed gradients (fp64 squares, padding excluded,
-// summed over ranks by a deterministic all-reduce), so every stage computes it identically.
 #include "zero/engine.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/functions/accumulate_grad.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <mutex>
 #include <sstream>
 #include <unordered_set>
 
-#include "engine/comm_queue.h"
-#include "engine/fingerprint.h"
-#include "engine/loss_scaler.h"
-#include "engine/monitor.h"
-#include "optim/shard_optimizer.h"
+#include "engine/engine_core.h"
+#include "engine/parameter_access.h"
 #include "zero/error.h"
-#include "zero/scheduler.h"
 #include "zero/shard.h"
 
 namespace zero {
@@ -59,51 +42,6 @@ namespace {
 // Elements every shard starts on a multiple of (Note [Shard layout]): 64 elements keeps
 // shards cache-line and SIMD aligned for every dtype.
 constexpr int64_t kShardAlignment = 64;
-// Elements per block of the deterministic sum of squares.
-constexpr int64_t kNormBlock = 16384;
-
-bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
-
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "fp32";
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "fp16";
-    default: return c10::toString(t);
-  }
-}
-
-template <typename T>
-double block_sum_of_squares(const T* data, int64_t begin, int64_t end) {
-  double acc = 0.0;
-  for (int64_t i = begin; i < end; ++i) {
-    const double x = static_cast<double>(data[i]);
-    acc += x * x;
-  }
-  return acc;
-}
-
-// Sum of squares in fp64 with a fixed blocking, so the result does not depend on the thread
-// count (bitwise reproducible across runs and stages).
-double sum_of_squares(const at::Tensor& tensor) {
-  const int64_t n = tensor.numel();
-  if (n == 0) return 0.0;
-  const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
-  std::vector<double> partial(blocks, 0.0);
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kBFloat16, at::kHalf, tensor.scalar_type(), "sum_of_squares", [&] {
-        const scalar_t* data = tensor.data_ptr<scalar_t>();
-        at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
-          for (int64_t b = first; b < last; ++b) {
-            partial[b] = block_sum_of_squares(data, b * kNormBlock, std::min(n, (b + 1) * kNormBlock));
-          }
-        });
-      });
-  double total = 0.0;
-  for (double p : partial) total += p;
-  return total;
-}
-
 struct ParamSlot {
   std::string name;
   at::Tensor param;
@@ -122,164 +60,77 @@ struct Bucket {
   at::Tensor pooled;
 };
 
-class EngineImpl;
-
-// Hooks outlive nothing: they hold this and test `engine` under the mutex, so a hook that
-// fires after the engine is gone is a no-op rather than a use-after-free.
-struct HookTarget {
-  std::mutex mutex;
-  EngineImpl* engine = nullptr;
-};
-
-class EngineImpl final : public Engine {
+class FlatEngine final : public EngineCore, public ParameterAccess {
  public:
-  EngineImpl(std::shared_ptr<torch::nn::Module> model, const Config& config,
+  FlatEngine(std::shared_ptr<torch::nn::Module> model, const Config& config,
              std::shared_ptr<Communicator> comm);
-  ~EngineImpl() override;
+  ~FlatEngine() override { shutdown(); }
 
-  void backward(const at::Tensor& loss) override;
-  void step() override;
-  bool is_gradient_accumulation_boundary() const override {
-    return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
-  }
-  double loss_scale() const override { return scaler_.scale(); }
-  double global_grad_norm() const override { return global_grad_norm_; }
-  int64_t global_steps() const override { return global_steps_; }
-  int64_t skipped_steps() const override { return skipped_steps_; }
-  int64_t micro_steps() const override { return micro_steps_; }
-  double learning_rate() const override { return lr_; }
-  void set_learning_rate(double lr) override {
-    ZERO_CHECK(scheduler_ == nullptr, "set_learning_rate(", lr, "): the config's scheduler (",
-               config_.source, ") sets the learning rate; remove it to set the rate by hand");
-    ZERO_CHECK(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0, got ", lr);
-    lr_ = lr;
-  }
   ModelStateBytes model_state_bytes() const override;
-  CommStats communication() const override;
-  const Config& config() const override { return config_; }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
   int64_t num_parameters() const override { return layout_.numel; }
+  void on_gradient_ready(int slot) override;
 
-  void on_gradient_ready(int slot);
+  // Parameters are always whole here: pinning is free and only write-back communicates.
+  void pin(const std::vector<at::Tensor>& /*params*/) override {}
+  void unpin(const std::vector<at::Tensor>& params, int modifier_rank) override;
+  void visit_full_parameters(
+      const std::function<void(const std::string&, const at::Tensor&)>& visit) override {
+    for (const auto& slot : slots_) visit(slot.name, slot.param);
+  }
 
  private:
+  void begin_backward() override;
+  void finish_backward() override;
+  void abandon_backward() override {}
+  double local_sum_of_squares() override;
+  void apply_update(double grad_multiplier) override;
+  void zero_gradients() override;
+
   void collect_parameters();
-  void check_ranks_agree();
+  std::string describe_parameters() const;
   void build_buckets();
   void allocate_state();
-  void register_hooks();
   void launch_ready_buckets();
   void launch_bucket(int index);
   void reduce_bucket(Bucket& bucket);
-  void boundary_step();  // step() at an accumulation boundary
   void all_gather_parameters();
-  void zero_gradients();
   at::Tensor owned_gradient() const;  // this rank's reduced gradient, owned range
-  // Runs a collective and adds what it moved to this engine's counters.
-  template <typename Fn>
-  void counted(Fn&& collective);
   void acquire_bucket_buffer(Bucket& bucket);
   void release_bucket_buffer(Bucket& bucket);
-
-  std::shared_ptr<torch::nn::Module> model_;
-  Config config_;
-  std::shared_ptr<Communicator> comm_;
-  int rank_ = 0;
-  int world_ = 1;
-  int stage_ = 0;
-  at::ScalarType param_dtype_;
-  at::ScalarType comm_dtype_;
-  at::ScalarType grad_shard_dtype_;
 
   std::vector<ParamSlot> slots_;
   ShardLayout layout_;
   Range update_range_;  // elements this rank's optimizer updates: all (stage 0) or owned
   std::vector<Bucket> buckets_;
   int next_bucket_ = 0;
-  bool in_backward_ = false;
   bool communicate_this_backward_ = false;
 
   at::Tensor params_flat_;   // param dtype, padded_numel
   at::Tensor grads_flat_;    // stages 0/1: param dtype, padded_numel
   at::Tensor grad_shard_;    // stage 2: grad_shard_dtype_, shard_numel
   at::Tensor master_;        // fp32 over update_range_ (a view of params_flat_ when fp32)
-  std::unique_ptr<ShardOptimizer> optimizer_;
-  std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
-  LossScaler scaler_;
-
-  // shared_ptr or intrusive_ptr depending on the libtorch version.
-  using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<at::Tensor>()));
-  std::vector<AccumulatorPtr> accumulators_;
-  std::shared_ptr<HookTarget> hook_target_;
-  std::unique_ptr<CommQueue> queue_;
-  std::unique_ptr<EngineMonitor> monitor_;
-  BoundaryRecord window_;  // what the monitor gets at the next boundary
   std::mutex pool_mutex_;
   std::vector<at::Tensor> bucket_pool_;
-
-  mutable std::mutex stats_mutex_;
-  CommStats engine_stats_;
-
-  double lr_ = 0.0;
-  double global_grad_norm_ = -1.0;
-  int64_t global_steps_ = 0;
-  int64_t skipped_steps_ = 0;
-  int64_t micro_steps_ = 0;
 };
 
-EngineImpl::EngineImpl(std::shared_ptr<torch::nn::Module> model, const Config& config,
+FlatEngine::FlatEngine(std::shared_ptr<torch::nn::Module> model, const Config& config,
                        std::shared_ptr<Communicator> comm)
-    : model_(std::move(model)),
-      config_(config),
-      comm_(std::move(comm)),
-      scaler_(config.loss_scale, config.param_dtype == at::kHalf) {
-  ZERO_CHECK(model_ != nullptr, "zero::initialize: model is null");
-  ZERO_CHECK(comm_ != nullptr, "zero::initialize: communicator is null");
-  rank_ = comm_->rank();
-  world_ = comm_->size();
-  ZERO_CHECK(config_.world_size == world_, config_.source, ": the config was solved for world size ",
-             config_.world_size, " but the communicator has ", world_,
-             " ranks; pass comm->size() to parse_config/load_config");
-  stage_ = config_.zero_optimization.stage;
-  ZERO_CHECK(stage_ >= 0 && stage_ <= 2, config_.source, ": zero_optimization.stage = ", stage_,
-             " is not supported by this engine; allowed: 0, 1, 2");
-  param_dtype_ = config_.param_dtype;
-  comm_dtype_ = config_.communication_dtype;
-  ZERO_CHECK(param_dtype_ == at::kFloat || is_16bit(param_dtype_),
-             "unsupported parameter dtype ", dtype_name(param_dtype_));
-  ZERO_CHECK(comm_dtype_ == at::kFloat || is_16bit(comm_dtype_),
-             "unsupported communication_data_type ", dtype_name(comm_dtype_));
-  // Stage 2's owned gradient shard accumulates over micro-steps in fp32; with a single
-  // micro-step and 16-bit communication it keeps the reduced 16-bit result as is (2/N bytes
-  // per parameter, the ZeRO paper's accounting).
-  grad_shard_dtype_ =
-      (config_.gradient_accumulation_steps > 1 || comm_dtype_ == at::kFloat) ? at::kFloat
-                                                                              : comm_dtype_;
-  scheduler_ = make_scheduler(config_);
-  lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
-
+    : EngineCore(std::move(model), config, std::move(comm)) {
+  ZERO_INTERNAL_ASSERT(stage_ <= 2, "FlatEngine runs stages 0-2, got ", stage_);
   collect_parameters();
-  check_ranks_agree();
+  check_ranks_agree(describe_parameters());
   build_buckets();
   allocate_state();
-  register_hooks();
-  queue_ = std::make_unique<CommQueue>(config_.zero_optimization.overlap_comm);
-  monitor_ = std::make_unique<EngineMonitor>(config_, rank_);
-}
-
-EngineImpl::~EngineImpl() {
-  try {
-    if (queue_) queue_->wait();
-  } catch (...) {
-    // A failed collective was already reported by the call that waited on it, or will be
-    // lost with the engine; a destructor must not throw.
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  for (const auto& slot : slots_) {
+    params.push_back(slot.param);
+    names.push_back(slot.name);
   }
-  std::lock_guard<std::mutex> lock(hook_target_->mutex);
-  hook_target_->engine = nullptr;
+  register_gradient_hooks(params, names);
 }
 
-void EngineImpl::collect_parameters() {
+void FlatEngine::collect_parameters() {
   // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()).
   model_->to(param_dtype_);
   std::unordered_set<const void*> seen;
@@ -325,20 +176,16 @@ void EngineImpl::collect_parameters() {
   }
 }
 
-void EngineImpl::check_ranks_agree() {
+std::string FlatEngine::describe_parameters() const {
   std::ostringstream description;
-  description << "world size " << world_ << "\n";
-  for (const std::string& line : effective_config_lines(config_)) {
-    description << "config " << line << "\n";
-  }
   for (const auto& slot : slots_) {
     description << "parameter " << slot.name << " " << slot.param.sizes() << " "
                 << dtype_name(slot.param.scalar_type()) << "\n";
   }
-  check_ranks_agree_on(*comm_, description.str());
+  return description.str();
 }
 
-void EngineImpl::build_buckets() {
+void FlatEngine::build_buckets() {
   const auto& zc = config_.zero_optimization;
   // Stage 2 without contiguous_gradients reduces each gradient on its own, in place.
   const int64_t capacity =
@@ -359,7 +206,7 @@ void EngineImpl::build_buckets() {
   buckets_.back().range.end = layout_.padded_numel;  // the padding rides with the last bucket
 }
 
-void EngineImpl::allocate_state() {
+void FlatEngine::allocate_state() {
   const auto device = params_flat_.device();
   const auto options = at::TensorOptions().device(device);
   if (stage_ < 2) {
@@ -385,48 +232,7 @@ void EngineImpl::allocate_state() {
   }
 }
 
-void EngineImpl::register_hooks() {
-  hook_target_ = std::make_shared<HookTarget>();
-  hook_target_->engine = this;
-  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
-    // Autograd keeps only a weak reference to a parameter's AccumulateGrad node: hold it, or
-    // a new node (without our hook) is created at the next backward.
-    auto accumulator = torch::autograd::impl::grad_accumulator(slots_[i].param);
-    ZERO_INTERNAL_ASSERT(accumulator != nullptr, "no grad accumulator for ", slots_[i].name);
-    std::shared_ptr<HookTarget> target = hook_target_;
-    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [target, i](const torch::autograd::variable_list& outputs,
-                    const torch::autograd::variable_list& /*inputs*/) {
-          std::lock_guard<std::mutex> lock(target->mutex);
-          if (target->engine != nullptr) target->engine->on_gradient_ready(i);
-          return outputs;
-        }));
-    accumulators_.push_back(std::move(accumulator));
-  }
-}
-
-template <typename Fn>
-void EngineImpl::counted(Fn&& collective) {
-  const CommStats before = comm_->stats();
-  collective();
-  const CommStats after = comm_->stats();
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  auto add = [](CollectiveCount& total, const CollectiveCount& a, const CollectiveCount& b) {
-    total.calls += b.calls - a.calls;
-    total.bytes += b.bytes - a.bytes;
-  };
-  add(engine_stats_.all_reduce, before.all_reduce, after.all_reduce);
-  add(engine_stats_.reduce_scatter, before.reduce_scatter, after.reduce_scatter);
-  add(engine_stats_.all_gather, before.all_gather, after.all_gather);
-  add(engine_stats_.broadcast, before.broadcast, after.broadcast);
-}
-
-CommStats EngineImpl::communication() const {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  return engine_stats_;
-}
-
-ModelStateBytes EngineImpl::model_state_bytes() const {
+ModelStateBytes FlatEngine::model_state_bytes() const {
   ModelStateBytes bytes;
   bytes.params = params_flat_.nbytes();
   bytes.grads = stage_ < 2 ? grads_flat_.nbytes() : grad_shard_.nbytes();
@@ -438,7 +244,7 @@ ModelStateBytes EngineImpl::model_state_bytes() const {
 // Stage 2 bucket buffers come from a small pool reused within one backward (buckets are
 // reduced in order, so few are alive at once) and emptied when backward ends. The buffer is
 // zeroed: parameters without a gradient in this backward, and the padding, contribute zeros.
-void EngineImpl::acquire_bucket_buffer(Bucket& bucket) {
+void FlatEngine::acquire_bucket_buffer(Bucket& bucket) {
   const int64_t numel = bucket.range.size();
   {
     std::lock_guard<std::mutex> lock(pool_mutex_);
@@ -456,7 +262,7 @@ void EngineImpl::acquire_bucket_buffer(Bucket& bucket) {
   bucket.buffer = bucket.pooled.narrow(0, 0, numel).zero_();
 }
 
-void EngineImpl::release_bucket_buffer(Bucket& bucket) {
+void FlatEngine::release_bucket_buffer(Bucket& bucket) {
   bucket.buffer = at::Tensor();
   if (!bucket.pooled.defined()) return;
   std::lock_guard<std::mutex> lock(pool_mutex_);
@@ -464,29 +270,13 @@ void EngineImpl::release_bucket_buffer(Bucket& bucket) {
   bucket.pooled = at::Tensor();
 }
 
-void EngineImpl::backward(const at::Tensor& loss) {
-  ZERO_CHECK(loss.defined() && loss.numel() == 1, "engine.backward: expected a scalar loss, got ",
-             loss.defined() ? loss.sizes() : c10::IntArrayRef{}, " with ",
-             loss.defined() ? loss.numel() : 0, " elements");
-  ZERO_CHECK(loss.requires_grad(), "engine.backward: the loss does not require grad (was it ",
-             "computed under NoGradGuard, or from a model with no trainable parameters?)");
+void FlatEngine::begin_backward() {
   communicate_this_backward_ = stage_ == 2 || is_gradient_accumulation_boundary();
   for (auto& bucket : buckets_) bucket.pending = static_cast<int>(bucket.slots.size());
   next_bucket_ = 0;
-  const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
-  const auto started = std::chrono::steady_clock::now();
-  if (monitor_->reporting()) {
-    window_.loss += loss.detach().to(at::kDouble).item<double>() /
-                    static_cast<double>(config_.gradient_accumulation_steps);
-  }
-  in_backward_ = true;
-  try {
-    (loss.to(at::kFloat) * factor).backward();
-  } catch (...) {
-    in_backward_ = false;
-    throw;
-  }
-  in_backward_ = false;
+}
+
+void FlatEngine::finish_backward() {
   if (communicate_this_backward_) {
     // Parameters that received no gradient in this backward: launch what is left, in order.
     for (auto& bucket : buckets_) bucket.pending = 0;
@@ -497,11 +287,9 @@ void EngineImpl::backward(const at::Tensor& loss) {
     std::lock_guard<std::mutex> lock(pool_mutex_);
     bucket_pool_.clear();  // no gradient-sized memory stays resident after backward
   }
-  window_.backward_ms +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
 }
 
-void EngineImpl::on_gradient_ready(int index) {
+void FlatEngine::on_gradient_ready(int index) {
   ZERO_CHECK(in_backward_, "a gradient of '", slots_[index].name,
              "' was computed outside engine.backward(loss): call engine.backward(loss) instead ",
              "of loss.backward() so loss scaling and gradient reduction happen");
@@ -528,20 +316,20 @@ void EngineImpl::on_gradient_ready(int index) {
   launch_ready_buckets();
 }
 
-void EngineImpl::launch_ready_buckets() {
+void FlatEngine::launch_ready_buckets() {
   while (next_bucket_ < static_cast<int>(buckets_.size()) && buckets_[next_bucket_].pending == 0) {
     launch_bucket(next_bucket_++);
   }
 }
 
-void EngineImpl::launch_bucket(int index) {
+void FlatEngine::launch_bucket(int index) {
   Bucket& bucket = buckets_[index];
   if (stage_ == 2 && !bucket.buffer.defined()) acquire_bucket_buffer(bucket);
   queue_->submit([this, index] { reduce_bucket(buckets_[index]); });
 }
 
 // Reduces one bucket; see Note [Bucket order] and Note [Deterministic ring reduction].
-void EngineImpl::reduce_bucket(Bucket& bucket) {
+void FlatEngine::reduce_bucket(Bucket& bucket) {
   const std::vector<int64_t> counts = layout_.owner_counts(bucket.range);
   const Range owned = intersect(bucket.range, layout_.owned(rank_));
   const int64_t own_offset = owned.empty() ? 0 : owned.begin - bucket.range.begin;
@@ -581,74 +369,50 @@ void EngineImpl::reduce_bucket(Bucket& bucket) {
   release_bucket_buffer(bucket);
 }
 
-at::Tensor EngineImpl::owned_gradient() const {
+at::Tensor FlatEngine::owned_gradient() const {
   const Range owned = layout_.owned(rank_);
   if (stage_ == 2) return grad_shard_;
   return grads_flat_.narrow(0, owned.begin, owned.size());
 }
 
-void EngineImpl::step() {
-  ZERO_CHECK(!in_backward_, "engine.step() called during backward");
-  if (!is_gradient_accumulation_boundary()) {
-    ++micro_steps_;
-    return;
-  }
-  const auto started = std::chrono::steady_clock::now();
-  boundary_step();
-  window_.step_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  window_.global_steps = global_steps_ + skipped_steps_;
-  window_.skipped_steps = skipped_steps_;
-  window_.global_samples = window_.global_steps * config_.train_batch_size;
-  window_.lr = lr_;
-  window_.loss_scale = scaler_.scale();
-  window_.grad_norm = global_grad_norm_;
-  monitor_->record(window_);
-  window_ = BoundaryRecord{};
+double FlatEngine::local_sum_of_squares() {
+  // Owned real elements only (Note [Gradient scaling]); stage 0 also owns a 1/N range here.
+  const Range valid = layout_.valid(rank_);
+  return sum_of_squares(owned_gradient().narrow(0, 0, valid.size()));
 }
 
-void EngineImpl::boundary_step() {
-  queue_->wait();
-  // Global norm (Note [Gradient scaling]): owned real elements only, summed over ranks.
-  const Range valid = layout_.valid(rank_);
-  const at::Tensor owned_grad = owned_gradient();
-  const double local = sum_of_squares(owned_grad.narrow(0, 0, valid.size()));
-  at::Tensor total = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
-  counted([&] { comm_->all_reduce(total, ReduceOp::kSum); });
-  const double sum_squares = total.item<double>();
-  const double divisor = static_cast<double>(world_) * scaler_.scale();
-  global_grad_norm_ = std::sqrt(sum_squares) / divisor;
-
-  const bool overflow = param_dtype_ == at::kHalf && !std::isfinite(sum_squares);
-  scaler_.update(overflow);
-  if (overflow) {
-    ++skipped_steps_;
-    zero_gradients();
-    ++micro_steps_;
-    return;
-  }
-  double clip = 1.0;
-  if (config_.gradient_clipping > 0) {
-    const double coefficient = config_.gradient_clipping / (global_grad_norm_ + 1e-6);
-    if (coefficient < 1.0) clip = coefficient;
-  }
+void FlatEngine::apply_update(double grad_multiplier) {
   // Stage 0 updates the whole buffer on every rank, from the all-reduced gradients.
-  at::Tensor grad = stage_ == 0 ? grads_flat_ : owned_grad;
+  at::Tensor grad = stage_ == 0 ? grads_flat_ : owned_gradient();
   at::Tensor param_out;
   if (param_dtype_ != at::kFloat) {
     param_out = params_flat_.narrow(0, update_range_.begin, update_range_.size());
   }
-  // The scheduler advances with applied steps only: a skipped (overflowing) step keeps its rate,
-  // as DeepSpeed's engine does.
-  if (scheduler_) lr_ = scheduler_->lr_at(global_steps_);
-  optimizer_->step(master_, grad, clip / divisor, param_out, lr_);
+  optimizer_->step(master_, grad, grad_multiplier, param_out, lr_);
   if (stage_ > 0) all_gather_parameters();
-  zero_gradients();
-  ++global_steps_;
-  ++micro_steps_;
 }
 
-void EngineImpl::all_gather_parameters() {
+void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank) {
+  if (modifier_rank < 0) return;
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& p : params) {
+    const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const ParamSlot& slot) {
+      return slot.param.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+    });
+    ZERO_CHECK(it != slots_.end(), "zero::GatheredParameters: a tensor of shape ", p.sizes(),
+               " is not a trainable parameter of this engine's model");
+    const Range range{it->offset, it->offset + it->numel};
+    counted([&] { comm_->broadcast(params_flat_.narrow(0, range.begin, range.size()), modifier_rank); });
+    // The fp32 master copy of the part this rank updates takes the new values too.
+    const Range updated = intersect(range, update_range_);
+    if (param_dtype_ != at::kFloat && !updated.empty()) {
+      master_.narrow(0, updated.begin - update_range_.begin, updated.size())
+          .copy_(params_flat_.narrow(0, updated.begin, updated.size()));
+    }
+  }
+}
+
+void FlatEngine::all_gather_parameters() {
   const int64_t chunk = std::max<int64_t>(1, config_.zero_optimization.allgather_bucket_size);
   for (int64_t begin = 0; begin < layout_.padded_numel; begin += chunk) {
     const Range range{begin, std::min(layout_.padded_numel, begin + chunk)};
@@ -661,7 +425,7 @@ void EngineImpl::all_gather_parameters() {
   }
 }
 
-void EngineImpl::zero_gradients() {
+void FlatEngine::zero_gradients() {
   if (stage_ < 2) {
     grads_flat_.zero_();
   } else {
@@ -673,7 +437,10 @@ void EngineImpl::zero_gradients() {
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    std::shared_ptr<Communicator> communicator) {
-  return std::make_unique<EngineImpl>(std::move(model), config, std::move(communicator));
+  if (config.zero_optimization.stage == 3) {
+    return make_stage3_engine(std::move(model), config, std::move(communicator));
+  }
+  return std::make_unique<FlatEngine>(std::move(model), config, std::move(communicator));
 }
 
 }  // namespace zero

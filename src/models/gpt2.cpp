@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "zero/error.h"
+#include "zero/unit.h"
 
 namespace zero::gpt2 {
 
@@ -186,6 +187,11 @@ GPT2ModelImpl::GPT2ModelImpl(const GPT2Config& config) : config_(config) {
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
   ln_f = register_module("ln_f", make_layer_norm(config));
+  // ZeRO stage 3 units (zero/unit.h): the token embedding (also the tied lm_head), the
+  // position embedding, and each block. ln_f is small and stays whole.
+  zero::declare_unit(*wte);
+  zero::declare_unit(*wpe);
+  for (const auto& block : *h) zero::declare_unit(*block);
 }
 
 at::Tensor GPT2ModelImpl::forward(const at::Tensor& idx) {
@@ -208,9 +214,11 @@ at::Tensor GPT2ModelImpl::forward(const at::Tensor& idx) {
              config_.vocab_size, ")");
 
   const auto pos = at::arange(T, idx.options());
-  auto x = wte->forward(idx) + wpe->forward(pos);  // [B, T, C] + [T, C]
+  auto x = zero::run(wte, idx) + zero::run(wpe, pos);  // [B, T, C] + [T, C]
   x = maybe_dropout(x, config_.dropout, is_training());
-  for (const auto& block : *h) x = block->as<BlockImpl>()->forward(x);
+  for (const auto& block : *h) {
+    x = zero::run_with(*block, [&] { return block->as<BlockImpl>()->forward(x); });
+  }
   return ln_f->forward(x);
 }
 
@@ -249,8 +257,9 @@ GPT2Impl::GPT2Impl(const GPT2Config& config) : config_(config) {
 
 at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
   const auto hidden = transformer->forward(idx);
-  // Tied lm_head: logits = hidden @ wte.weight^T.
-  return at::matmul(hidden, transformer->wte->weight.t());
+  // Tied lm_head: logits = hidden @ wte.weight^T, a second call of the wte unit.
+  const auto& wte = transformer->wte;
+  return zero::run_with(*wte, [&] { return at::matmul(hidden, wte->weight.t()); });
 }
 
 at::Tensor GPT2Impl::loss(const at::Tensor& logits, const at::Tensor& targets) {

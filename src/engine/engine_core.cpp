@@ -1,0 +1,252 @@
+// Note [Gradient scaling]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// backward() scales the loss by loss_scale / gradient_accumulation_steps and the reduction
+// sums over ranks without dividing. The step folds the rest into one multiplier applied
+// inside the fused optimizer loop: grad * clip_coefficient / (world_size * loss_scale). The
+// global norm is computed from the owned, summed gradients (fp64 squares, padding excluded,
+// summed over ranks by a deterministic all-reduce), so every stage computes it identically.
+#include "engine/engine_core.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "engine/fingerprint.h"
+#include "zero/error.h"
+
+namespace zero {
+namespace {
+
+// Elements per block of the deterministic sum of squares.
+constexpr int64_t kNormBlock = 16384;
+
+template <typename T>
+double block_sum_of_squares(const T* data, int64_t begin, int64_t end) {
+  double acc = 0.0;
+  for (int64_t i = begin; i < end; ++i) {
+    const double x = static_cast<double>(data[i]);
+    acc += x * x;
+  }
+  return acc;
+}
+
+}  // namespace
+
+bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "fp32";
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    default: return c10::toString(t);
+  }
+}
+
+double sum_of_squares(const at::Tensor& tensor) {
+  const int64_t n = tensor.numel();
+  if (n == 0) return 0.0;
+  const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
+  std::vector<double> partial(blocks, 0.0);
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kBFloat16, at::kHalf, tensor.scalar_type(), "sum_of_squares", [&] {
+        const scalar_t* data = tensor.data_ptr<scalar_t>();
+        at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+          for (int64_t b = first; b < last; ++b) {
+            partial[b] = block_sum_of_squares(data, b * kNormBlock, std::min(n, (b + 1) * kNormBlock));
+          }
+        });
+      });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& config,
+                       std::shared_ptr<Communicator> comm)
+    : model_(std::move(model)),
+      config_(config),
+      comm_(std::move(comm)),
+      scaler_(config.loss_scale, config.param_dtype == at::kHalf) {
+  ZERO_CHECK(model_ != nullptr, "zero::initialize: model is null");
+  ZERO_CHECK(comm_ != nullptr, "zero::initialize: communicator is null");
+  rank_ = comm_->rank();
+  world_ = comm_->size();
+  ZERO_CHECK(config_.world_size == world_, config_.source, ": the config was solved for world size ",
+             config_.world_size, " but the communicator has ", world_,
+             " ranks; pass comm->size() to parse_config/load_config");
+  stage_ = config_.zero_optimization.stage;
+  ZERO_CHECK(stage_ >= 0 && stage_ <= 3, config_.source, ": zero_optimization.stage = ", stage_,
+             " is not supported by this engine; allowed: 0, 1, 2, 3");
+  param_dtype_ = config_.param_dtype;
+  comm_dtype_ = config_.communication_dtype;
+  ZERO_CHECK(param_dtype_ == at::kFloat || is_16bit(param_dtype_),
+             "unsupported parameter dtype ", dtype_name(param_dtype_));
+  ZERO_CHECK(comm_dtype_ == at::kFloat || is_16bit(comm_dtype_),
+             "unsupported communication_data_type ", dtype_name(comm_dtype_));
+  grad_shard_dtype_ =
+      (config_.gradient_accumulation_steps > 1 || comm_dtype_ == at::kFloat) ? at::kFloat
+                                                                              : comm_dtype_;
+  scheduler_ = make_scheduler(config_);
+  lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
+  queue_ = std::make_unique<CommQueue>(config_.zero_optimization.overlap_comm);
+  monitor_ = std::make_unique<EngineMonitor>(config_, rank_);
+  hook_target_ = std::make_shared<HookTarget>();
+  hook_target_->engine = this;
+}
+
+EngineCore::~EngineCore() { shutdown(); }
+
+void EngineCore::shutdown() noexcept {
+  try {
+    if (queue_) queue_->wait();
+  } catch (...) {
+    // A failed collective was already reported by the call that waited on it, or is lost
+    // with the engine; a destructor must not throw.
+  }
+  if (hook_target_) {
+    std::lock_guard<std::mutex> lock(hook_target_->mutex);
+    hook_target_->engine = nullptr;
+  }
+}
+
+void EngineCore::set_learning_rate(double lr) {
+  ZERO_CHECK(scheduler_ == nullptr, "set_learning_rate(", lr, "): the config's scheduler (",
+             config_.source, ") sets the learning rate; remove it to set the rate by hand");
+  ZERO_CHECK(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0, got ", lr);
+  lr_ = lr;
+}
+
+void EngineCore::check_ranks_agree(const std::string& parameters_description) {
+  std::ostringstream description;
+  description << "world size " << world_ << "\n";
+  for (const std::string& line : effective_config_lines(config_)) {
+    description << "config " << line << "\n";
+  }
+  description << parameters_description;
+  check_ranks_agree_on(*comm_, description.str());
+}
+
+void EngineCore::register_gradient_hooks(const std::vector<at::Tensor>& params,
+                                         const std::vector<std::string>& names) {
+  for (int i = 0; i < static_cast<int>(params.size()); ++i) {
+    // Autograd keeps only a weak reference to a parameter's AccumulateGrad node: hold it, or
+    // a new node (without our hook) is created at the next backward.
+    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
+    ZERO_INTERNAL_ASSERT(accumulator != nullptr, "no grad accumulator for ", names[i]);
+    std::shared_ptr<HookTarget> target = hook_target_;
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [target, i](const torch::autograd::variable_list& outputs,
+                    const torch::autograd::variable_list& /*inputs*/) {
+          std::lock_guard<std::mutex> lock(target->mutex);
+          if (target->engine != nullptr) target->engine->on_gradient_ready(i);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void EngineCore::add_counts(const CommStats& before, const CommStats& after) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  auto add = [](CollectiveCount& total, const CollectiveCount& a, const CollectiveCount& b) {
+    total.calls += b.calls - a.calls;
+    total.bytes += b.bytes - a.bytes;
+  };
+  add(engine_stats_.all_reduce, before.all_reduce, after.all_reduce);
+  add(engine_stats_.reduce_scatter, before.reduce_scatter, after.reduce_scatter);
+  add(engine_stats_.all_gather, before.all_gather, after.all_gather);
+  add(engine_stats_.broadcast, before.broadcast, after.broadcast);
+}
+
+CommStats EngineCore::communication() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return engine_stats_;
+}
+
+void EngineCore::backward(const at::Tensor& loss) {
+  ZERO_CHECK(loss.defined() && loss.numel() == 1, "engine.backward: expected a scalar loss, got ",
+             loss.defined() ? loss.sizes() : c10::IntArrayRef{}, " with ",
+             loss.defined() ? loss.numel() : 0, " elements");
+  ZERO_CHECK(loss.requires_grad(), "engine.backward: the loss does not require grad (was it ",
+             "computed under NoGradGuard, or from a model with no trainable parameters?)");
+  const auto started = std::chrono::steady_clock::now();
+  if (monitor_->reporting()) {
+    window_.loss += loss.detach().to(at::kDouble).item<double>() /
+                    static_cast<double>(config_.gradient_accumulation_steps);
+  }
+  begin_backward();
+  const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
+  in_backward_ = true;
+  try {
+    (loss.to(at::kFloat) * factor).backward();
+  } catch (...) {
+    in_backward_ = false;
+    abandon_backward();
+    throw;
+  }
+  in_backward_ = false;
+  finish_backward();
+  window_.backward_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+}
+
+void EngineCore::step() {
+  ZERO_CHECK(!in_backward_, "engine.step() called during backward");
+  if (!is_gradient_accumulation_boundary()) {
+    ++micro_steps_;
+    return;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  boundary_step();
+  window_.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  window_.global_steps = global_steps_ + skipped_steps_;
+  window_.skipped_steps = skipped_steps_;
+  window_.global_samples = window_.global_steps * config_.train_batch_size;
+  window_.lr = lr_;
+  window_.loss_scale = scaler_.scale();
+  window_.grad_norm = global_grad_norm_;
+  monitor_->record(window_);
+  window_ = BoundaryRecord{};
+}
+
+// Note [Gradient scaling].
+void EngineCore::boundary_step() {
+  queue_->wait();
+  at::Tensor total =
+      at::full({1}, local_sum_of_squares(), at::TensorOptions().dtype(at::kDouble));
+  counted([&] { comm_->all_reduce(total, ReduceOp::kSum); });
+  const double sum_squares = total.item<double>();
+  const double divisor = static_cast<double>(world_) * scaler_.scale();
+  global_grad_norm_ = std::sqrt(sum_squares) / divisor;
+
+  const bool overflow = param_dtype_ == at::kHalf && !std::isfinite(sum_squares);
+  scaler_.update(overflow);
+  if (overflow) {
+    ++skipped_steps_;
+    zero_gradients();
+    ++micro_steps_;
+    return;
+  }
+  double clip = 1.0;
+  if (config_.gradient_clipping > 0) {
+    const double coefficient = config_.gradient_clipping / (global_grad_norm_ + 1e-6);
+    if (coefficient < 1.0) clip = coefficient;
+  }
+  // The scheduler advances with applied steps only: a skipped (overflowing) step keeps its rate,
+  // as DeepSpeed's engine does.
+  if (scheduler_) lr_ = scheduler_->lr_at(global_steps_);
+  apply_update(clip / divisor);
+  zero_gradients();
+  ++global_steps_;
+  ++micro_steps_;
+}
+
+}  // namespace zero

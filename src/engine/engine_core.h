@@ -1,0 +1,146 @@
+// What every ZeRO stage shares: the step protocol (loss scaling, global norm, fp16 overflow
+// skip, clipping, learning-rate schedule, monitor), communication accounting, and gradient
+// readiness hooks. FlatEngine (stages 0-2, engine.cpp) and Stage3Engine (stage3_engine.cpp)
+// supply where gradients and parameters live.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/comm_queue.h"
+#include "engine/loss_scaler.h"
+#include "engine/monitor.h"
+#include "optim/shard_optimizer.h"
+#include "zero/engine.h"
+#include "zero/scheduler.h"
+
+namespace zero {
+
+bool is_16bit(at::ScalarType t);
+std::string dtype_name(at::ScalarType t);
+
+/// Sum of squares in fp64 with a fixed blocking, so the result does not depend on the thread
+/// count (bitwise reproducible across runs).
+double sum_of_squares(const at::Tensor& tensor);
+
+class EngineCore;
+
+// Autograd hooks hold this, not the engine, and test `engine` under the mutex, so a hook that
+// fires after the engine is gone is a no-op rather than a use-after-free.
+struct HookTarget {
+  std::mutex mutex;
+  EngineCore* engine = nullptr;
+};
+
+class EngineCore : public Engine {
+ public:
+  EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& config,
+             std::shared_ptr<Communicator> comm);
+  ~EngineCore() override;
+
+  void backward(const at::Tensor& loss) final;
+  void step() final;
+  bool is_gradient_accumulation_boundary() const final {
+    return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
+  }
+  double loss_scale() const final { return scaler_.scale(); }
+  double global_grad_norm() const final { return global_grad_norm_; }
+  int64_t global_steps() const final { return global_steps_; }
+  int64_t skipped_steps() const final { return skipped_steps_; }
+  int64_t micro_steps() const final { return micro_steps_; }
+  double learning_rate() const final { return lr_; }
+  void set_learning_rate(double lr) final;
+  CommStats communication() const final;
+  const Config& config() const final { return config_; }
+  int rank() const final { return rank_; }
+  int world_size() const final { return world_; }
+
+  /// Called by the AccumulateGrad post hook of trainable parameter `index` (see
+  /// register_gradient_hooks), after its gradient has been accumulated into .grad.
+  virtual void on_gradient_ready(int index) = 0;
+
+ protected:
+  // ---- what a stage provides ----
+  /// Before autograd runs (loss already checked).
+  virtual void begin_backward() = 0;
+  /// After autograd returned: launch what is left and wait for this micro-step's reductions.
+  virtual void finish_backward() = 0;
+  /// Autograd threw: drop per-backward state so the engine stays usable.
+  virtual void abandon_backward() = 0;
+  /// This rank's share of the global squared norm of the summed (still scaled) gradients,
+  /// padding excluded (or zero there).
+  virtual double local_sum_of_squares() = 0;
+  /// Applies the optimizer with gradients multiplied by `grad_multiplier` at learning rate
+  /// lr_, then makes the parameters every rank needs whole again.
+  virtual void apply_update(double grad_multiplier) = 0;
+  virtual void zero_gradients() = 0;
+
+  // ---- shared helpers ----
+  /// Waits for in-flight collectives and detaches the hooks. Every subclass destructor calls
+  /// it first, while the buffers the queue's tasks use still exist. Never throws.
+  void shutdown() noexcept;
+  /// Runs a collective and adds what it moved to this engine's counters.
+  template <typename Fn>
+  void counted(Fn&& collective) {
+    const CommStats before = comm_->stats();
+    collective();
+    add_counts(before, comm_->stats());
+  }
+  /// Puts a post hook on each parameter's AccumulateGrad node calling on_gradient_ready(i).
+  void register_gradient_hooks(const std::vector<at::Tensor>& params,
+                               const std::vector<std::string>& names);
+  /// Every rank compares config, world size and `parameters_description`; fails together on
+  /// a difference (Note in fingerprint.h).
+  void check_ranks_agree(const std::string& parameters_description);
+
+  std::shared_ptr<torch::nn::Module> model_;
+  Config config_;
+  std::shared_ptr<Communicator> comm_;
+  int rank_ = 0;
+  int world_ = 1;
+  int stage_ = 0;
+  at::ScalarType param_dtype_;
+  at::ScalarType comm_dtype_;
+  // Where reduced gradients accumulate (stages 2 and 3): fp32 over several micro-steps or with
+  // fp32 communication; with one micro-step and 16-bit communication the reduced 16-bit
+  // result as is (2/N bytes per parameter, the ZeRO paper's accounting).
+  at::ScalarType grad_shard_dtype_;
+  bool in_backward_ = false;
+
+  std::unique_ptr<ShardOptimizer> optimizer_;
+  std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
+  LossScaler scaler_;
+  std::unique_ptr<CommQueue> queue_;
+  std::shared_ptr<HookTarget> hook_target_;
+  double lr_ = 0.0;
+
+ private:
+  void boundary_step();
+  void add_counts(const CommStats& before, const CommStats& after);
+
+  // shared_ptr or intrusive_ptr depending on the libtorch version.
+  using AccumulatorPtr =
+      decltype(torch::autograd::impl::grad_accumulator(std::declval<at::Tensor>()));
+  std::vector<AccumulatorPtr> accumulators_;
+  std::unique_ptr<EngineMonitor> monitor_;
+  BoundaryRecord window_;  // what the monitor gets at the next boundary
+  mutable std::mutex stats_mutex_;
+  CommStats engine_stats_;
+  double global_grad_norm_ = -1.0;
+  int64_t global_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  int64_t micro_steps_ = 0;
+};
+
+/// The stage 3 engine (stage3_engine.cpp).
+std::unique_ptr<Engine> make_stage3_engine(std::shared_ptr<torch::nn::Module> model,
+                                           const Config& config,
+                                           std::shared_ptr<Communicator> comm);
+
+}  // namespace zero

@@ -1,0 +1,850 @@
+// The ZeRO stage 3 engine: every rank keeps 1/N of every parameter (16-bit copy, fp32 master,
+// optimizer state, gradient); the full weights of a unit exist only while the unit runs.
+//
+// Note [Stage 3 units]
+// ~~~~~~~~~~~~~~~~~~~~
+// Parameters are partitioned per *group*: one group per declared unit (zero/unit.h) holding
+// the unit's own parameters, plus one persistent group of the parameters that stay whole on
+// every rank (numel <= stage3_param_persistence_threshold while the running total stays
+// <= stage3_model_persistence_threshold, and every parameter outside all units). A group is a
+// flat buffer laid out by shard_layout() (Note [Shard layout]); rank r owns shard r of every
+// group, and this rank's shards of all groups, concatenated, form the flat "shard space" that
+// the fp32 master, optimizer state and gradient shard cover. A unit needs its own group plus
+// the groups of shared parameters it uses (a parameter belongs to the first unit, in module
+// order, that contains it).
+//
+// Each group's parameters are views into one tensor, `full`, whose storage is detached (0
+// bytes) while the group is released and attached to a pooled buffer while it is gathered.
+// Autograd's saved tensors refer to the same storage, so re-attaching it before the unit's
+// backward makes them valid again; the all-gather writes through the raw pointer, which does
+// not bump the version counter autograd checks.
+//
+// Per micro-step, for each unit call:
+//   forward:  gather (wait for the prefetched gather, or gather now) -> body -> release,
+//             unless the unit is used again within stage3_max_reuse_distance elements;
+//   backward: a hook on the unit's outputs gathers the groups again before the unit's
+//             backward; when every parameter of a group has its gradient (AccumulateGrad
+//             post hook) the group's gradients are reduce-scattered into the owned gradient
+//             shard and the full parameters are released.
+// That is 3 x (N-1)/N of every partitioned element moved per step (Note [Counting
+// communicated bytes]); the persistent group moves 2x (reduce-scatter, then all-gather after
+// the optimizer step).
+//
+// Note [Stage 3 trace and prefetch]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The first training micro-step records the order in which groups are fetched (forward, then
+// backward). Later micro-steps replay it: after each fetch, the gathers of the next groups in
+// the trace are queued on the communication thread (overlap_comm) while compute continues,
+// up to stage3_prefetch_bucket_size elements ahead and stage3_max_live_parameters gathered
+// at once. A fetch that differs from the trace invalidates it for the rest of the micro-step
+// (in-flight prefetches are waited for and released; no more prefetch), and the order seen
+// in that micro-step becomes the trace. When a new trace is adopted, every rank checks that
+// the others adopted the same one. Every rank makes the same decisions from the same trace,
+// so collectives stay matched. Forwards under NoGradGuard (evaluation) gather on demand,
+// release right after, and leave the trace alone.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/engine_core.h"
+#include "engine/fingerprint.h"
+#include "engine/parameter_access.h"
+#include "engine/unit_registry.h"
+#include "zero/error.h"
+#include "zero/shard.h"
+
+namespace zero {
+namespace {
+
+// Every shard starts on a multiple of this many elements (Note [Shard layout]).
+constexpr int64_t kShardAlignment = 64;
+// How many trace invalidations rank 0 reports before it only counts them.
+constexpr int kReportedInvalidations = 3;
+
+struct Param3 {
+  std::string name;
+  at::Tensor param;
+  int group = -1;
+  int64_t offset = 0;  // in the group's flat buffer
+  int64_t numel = 0;
+};
+
+enum class GroupState { kReleased, kInFlight, kGathered };
+
+struct Group {
+  std::string name;
+  bool persistent = false;
+  std::vector<int> params;
+  ShardLayout layout;
+  int64_t shard_offset = 0;  // this rank's shard in the shard space
+  at::Tensor full;           // param dtype, padded_numel; the parameters are views of it
+  GroupState state = GroupState::kReleased;
+  uint64_t ticket = 0;       // the gather in flight
+  at::Tensor gathered;       // the pooled buffer `full` points into while gathered
+  int in_use = 0;            // running unit calls that need it
+  int pins = 0;              // GatheredParameters scopes holding it
+  bool prefetched = false;   // gathered ahead by the trace, not fetched yet
+  // Backward of the current micro-step.
+  int pending = 0;           // parameters whose gradient has not arrived
+  bool reduced = false;      // its reduce-scatter has been launched
+  at::Tensor grad_buffer;    // comm dtype, padded_numel, while collecting gradients
+  at::Tensor grad_pooled;    // the pool allocation grad_buffer views
+};
+
+struct Unit {
+  std::string name;
+  const torch::nn::Module* module = nullptr;
+  std::vector<int> groups;  // non-persistent groups the unit needs (its own first)
+  std::shared_ptr<detail::UnitBinding> binding;
+};
+
+// Buffers reused within one micro-step and emptied after backward, so no gathered or
+// gradient-sized memory stays resident between steps.
+class BufferPool {
+ public:
+  at::Tensor acquire(int64_t numel, const at::TensorOptions& options) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      int best = -1;
+      for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
+        const at::Tensor& b = free_[i];
+        if (b.numel() >= numel && b.scalar_type() == options.dtype().toScalarType() &&
+            (best < 0 || b.numel() < free_[best].numel())) {
+          best = i;
+        }
+      }
+      if (best >= 0) {
+        at::Tensor buffer = std::move(free_[best]);
+        free_.erase(free_.begin() + best);
+        return buffer;
+      }
+    }
+    return at::empty({numel}, options);
+  }
+  void put(at::Tensor buffer) {
+    if (!buffer.defined()) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(std::move(buffer));
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<at::Tensor> free_;
+};
+
+// Points `full`'s storage at `buffer` (which it keeps alive) or detaches it (0 bytes). The
+// parameters and autograd's saved tensors are views of that storage.
+void attach_storage(const at::Tensor& full, const at::Tensor& buffer) {
+  c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
+  auto* keep_alive = new at::Tensor(buffer);
+  storage->set_data_ptr_noswap(c10::DataPtr(
+      buffer.data_ptr(), keep_alive, [](void* ctx) { delete static_cast<at::Tensor*>(ctx); },
+      buffer.device()));
+  storage->set_nbytes(static_cast<size_t>(full.numel()) * full.element_size());
+}
+
+void detach_storage(const at::Tensor& full) {
+  c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, full.device()));
+  storage->set_nbytes(0);
+}
+
+class Stage3Engine final : public EngineCore, public UnitRuntime, public ParameterAccess {
+ public:
+  Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Config& config,
+               std::shared_ptr<Communicator> comm);
+  ~Stage3Engine() override;
+
+  ModelStateBytes model_state_bytes() const override;
+  int64_t num_parameters() const override { return num_parameters_; }
+  void on_gradient_ready(int index) override;
+
+  void unit_begin(int unit) override;
+  void unit_end(int unit, const std::vector<at::Tensor>& outputs) override;
+  void unit_abandon(int unit) override;
+
+  void pin(const std::vector<at::Tensor>& params) override;
+  void unpin(const std::vector<at::Tensor>& params, int modifier_rank) override;
+  void visit_full_parameters(
+      const std::function<void(const std::string&, const at::Tensor&)>& visit) override;
+
+ private:
+  void begin_backward() override;
+  void finish_backward() override;
+  void abandon_backward() override;
+  double local_sum_of_squares() override;
+  void apply_update(double grad_multiplier) override;
+  void zero_gradients() override;
+
+  void collect_parameters();
+  std::string describe_parameters() const;
+  void partition();
+  // Gathering.
+  void issue_gather(int g);
+  void wait_gathered(int g);
+  void release(int g);
+  void fetch(int g, bool training);
+  void prefetch();
+  void invalidate_trace(int g);
+  bool reused_soon(int g) const;
+  void enforce_live_budget();
+  void before_backward(int unit);
+  void adopt_trace();
+  // Gradients.
+  void launch_reduction(int g);
+  void reduce_group(int g);
+  void gather_persistent();
+  std::vector<int> groups_of(const std::vector<at::Tensor>& params) const;
+
+  std::vector<Param3> params_;
+  std::unordered_map<const void*, int> param_index_;  // TensorImpl -> params_ index
+  std::vector<Group> groups_;
+  std::vector<Unit> units_;
+  int persistent_group_ = -1;
+  int64_t num_parameters_ = 0;
+  int64_t shard_numel_ = 0;  // this rank's shard space
+
+  at::Tensor param_shard_;  // param dtype, shard space: the source of every gather
+  at::Tensor master_;       // fp32 (param_shard_ itself when params are fp32)
+  at::Tensor grad_shard_;   // grad_shard_dtype_, shard space
+  BufferPool gather_pool_;
+  BufferPool grad_pool_;
+
+  // Note [Stage 3 trace and prefetch].
+  std::vector<int> trace_;     // adopted order of group fetches
+  std::vector<int> recorded_;  // this micro-step's fetches
+  size_t cursor_ = 0;          // next trace_ position expected
+  bool replaying_ = false;     // trace_ valid for this micro-step so far
+  bool prefetch_enabled_ = false;
+  int64_t live_numel_ = 0;     // partitioned elements gathered or in flight
+  int64_t live_peak_numel_ = 0;
+  int invalidations_ = 0;
+  bool trace_checked_ = false;
+};
+
+Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Config& config,
+                           std::shared_ptr<Communicator> comm)
+    : EngineCore(std::move(model), config, std::move(comm)) {
+  ZERO_INTERNAL_ASSERT(stage_ == 3, "Stage3Engine runs stage 3, got ", stage_);
+  const auto& zc = config_.zero_optimization;
+  ZERO_CHECK(zc.reduce_scatter, config_.source, ": zero_optimization.reduce_scatter = false is ",
+             "not supported at stage 3 (gradients are always reduce-scattered); allowed: true");
+  prefetch_enabled_ = zc.overlap_comm && zc.stage3_prefetch_bucket_size > 0;
+  collect_parameters();
+  check_ranks_agree(describe_parameters());
+  partition();
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  for (const auto& p : params_) {
+    params.push_back(p.param);
+    names.push_back(p.name);
+  }
+  register_gradient_hooks(params, names);
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    units_[u].binding = bind_unit(*units_[u].module, this, u);
+  }
+}
+
+Stage3Engine::~Stage3Engine() {
+  for (auto& unit : units_) {
+    if (!unit.binding) continue;
+    std::lock_guard<std::mutex> lock(unit.binding->mutex);
+    unit.binding->runtime = nullptr;
+  }
+  shutdown();
+}
+
+void Stage3Engine::collect_parameters() {
+  // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()).
+  model_->to(param_dtype_);
+  // Modules in pre-order with the unit each belongs to (its own if declared, else its
+  // parent's; -1: outside every unit).
+  std::unordered_map<const torch::nn::Module*, int> unit_of;
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
+  for (const auto& item : model_->named_modules()) modules.emplace_back(item.key(), item.value());
+  for (const auto& [name, module] : modules) {
+    int unit = -1;
+    const auto parent_separator = name.rfind('.');
+    if (!name.empty()) {
+      const std::string parent = parent_separator == std::string::npos ? "" : name.substr(0, parent_separator);
+      for (const auto& [other_name, other] : modules) {
+        if (other_name == parent) {
+          unit = unit_of.at(other.get());
+          break;
+        }
+      }
+    }
+    if (is_declared_unit(*module)) {
+      Unit u;
+      u.name = name.empty() ? "<model>" : name;
+      u.module = module.get();
+      units_.push_back(std::move(u));
+      unit = static_cast<int>(units_.size()) - 1;
+    }
+    unit_of[module.get()] = unit;
+  }
+  ZERO_CHECK(!units_.empty(), config_.source, ": zero_optimization.stage = 3, but the model ",
+             "declares no units: call zero::declare_unit(module) for each block (zero/unit.h) ",
+             "and run them with zero::run, or use stage 2");
+
+  // Parameters, each once (the first module that registers a shared one owns it).
+  std::vector<int> home_unit;  // per params_ entry
+  std::vector<std::vector<int>> unit_uses(units_.size());  // params each unit touches
+  for (const auto& [prefix, module] : modules) {
+    const int unit = unit_of.at(module.get());
+    for (const auto& item : module->named_parameters(/*recurse=*/false)) {
+      const at::Tensor& p = item.value();
+      if (!p.requires_grad()) continue;
+      const void* key = p.unsafeGetTensorImpl();
+      auto found = param_index_.find(key);
+      int index = 0;
+      if (found == param_index_.end()) {
+        ZERO_CHECK(p.is_floating_point(), "parameter '", item.key(), "' has dtype ",
+                   p.scalar_type(), "; only floating-point parameters can be trained");
+        Param3 entry;
+        entry.name = prefix.empty() ? item.key() : prefix + "." + item.key();
+        entry.param = p;
+        entry.numel = p.numel();
+        index = static_cast<int>(params_.size());
+        param_index_[key] = index;
+        params_.push_back(std::move(entry));
+        home_unit.push_back(unit);
+      } else {
+        index = found->second;
+      }
+      if (unit >= 0) unit_uses[unit].push_back(index);
+    }
+  }
+  ZERO_CHECK(!params_.empty(), "zero::initialize: the model has no trainable parameters");
+  for (const auto& p : params_) {
+    ZERO_CHECK(p.param.device() == params_.front().param.device(), "parameter '", p.name,
+               "' is on ", p.param.device(), " but '", params_.front().name, "' is on ",
+               params_.front().param.device(), "; all trainable parameters must be on one device");
+    num_parameters_ += p.numel;
+  }
+
+  // Persistence: small parameters (in registration order, within the model-wide cap) and
+  // everything outside the units stay whole.
+  const auto& zc = config_.zero_optimization;
+  std::vector<bool> persistent(params_.size(), false);
+  int64_t persistent_numel = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const bool small = params_[i].numel <= zc.stage3_param_persistence_threshold &&
+                       persistent_numel + params_[i].numel <= zc.stage3_model_persistence_threshold;
+    if (home_unit[i] < 0 || small) {
+      persistent[i] = true;
+      persistent_numel += params_[i].numel;
+    }
+  }
+  // Groups: the persistent one first, then one per unit that owns partitioned parameters.
+  auto add_param = [&](int g, int i) {
+    Group& group = groups_[g];
+    params_[i].group = g;
+    params_[i].offset = group.layout.numel;
+    group.layout.numel += params_[i].numel;
+    group.params.push_back(i);
+  };
+  if (persistent_numel > 0) {
+    groups_.emplace_back();
+    groups_.back().name = "<persistent>";
+    groups_.back().persistent = true;
+    persistent_group_ = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (persistent[i]) add_param(persistent_group_, static_cast<int>(i));
+    }
+  }
+  std::vector<int> group_of_unit(units_.size(), -1);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (persistent[i]) continue;
+    const int unit = home_unit[i];
+    if (group_of_unit[unit] < 0) {
+      groups_.emplace_back();
+      groups_.back().name = units_[unit].name;
+      group_of_unit[unit] = static_cast<int>(groups_.size()) - 1;
+    }
+    add_param(group_of_unit[unit], static_cast<int>(i));
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (group_of_unit[u] >= 0) units_[u].groups.push_back(group_of_unit[u]);
+    for (int i : unit_uses[u]) {
+      const int g = params_[i].group;
+      if (g == persistent_group_) continue;
+      auto& needed = units_[u].groups;
+      if (std::find(needed.begin(), needed.end(), g) == needed.end()) needed.push_back(g);
+    }
+  }
+  for (auto& group : groups_) {
+    group.layout = shard_layout(group.layout.numel, world_, kShardAlignment);
+    group.shard_offset = shard_numel_;
+    shard_numel_ += group.layout.shard_numel;
+  }
+}
+
+std::string Stage3Engine::describe_parameters() const {
+  std::ostringstream description;
+  for (const auto& group : groups_) {
+    description << "group " << group.name << " " << group.layout.numel << "\n";
+  }
+  for (const auto& p : params_) {
+    description << "parameter " << p.name << " " << p.param.sizes() << " "
+                << dtype_name(p.param.scalar_type()) << " group " << groups_[p.group].name
+                << "\n";
+  }
+  return description.str();
+}
+
+// One group at a time: rank 0's values are broadcast, this rank keeps its shard, and the
+// full copy is released; the peak beyond the model as built is one group's full buffer.
+void Stage3Engine::partition() {
+  const auto device = params_.front().param.device();
+  const auto options = at::TensorOptions().device(device);
+  param_shard_ = at::empty({shard_numel_}, options.dtype(param_dtype_));
+  at::NoGradGuard no_grad;
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    Group& group = groups_[g];
+    at::Tensor full = at::zeros({group.layout.padded_numel}, options.dtype(param_dtype_));
+    for (int i : group.params) {
+      Param3& p = params_[i];
+      full.narrow(0, p.offset, p.numel).copy_(p.param.detach().reshape({-1}));
+    }
+    counted([&] { comm_->broadcast(full, 0); });
+    const Range owned = group.layout.owned(rank_);
+    param_shard_.narrow(0, group.shard_offset, owned.size())
+        .copy_(full.narrow(0, owned.begin, owned.size()));
+    group.full = full;
+    for (int i : group.params) {
+      Param3& p = params_[i];
+      p.param.set_data(full.narrow(0, p.offset, p.numel).view(p.param.sizes()));
+    }
+    if (group.persistent) {
+      group.state = GroupState::kGathered;
+    } else {
+      detach_storage(group.full);
+      group.state = GroupState::kReleased;
+    }
+  }
+  master_ = param_dtype_ == at::kFloat ? param_shard_ : param_shard_.to(at::kFloat);
+  grad_shard_ = at::zeros({shard_numel_}, options.dtype(grad_shard_dtype_));
+  optimizer_ = std::make_unique<ShardOptimizer>(config_.optimizer, shard_numel_);
+}
+
+ModelStateBytes Stage3Engine::model_state_bytes() const {
+  ModelStateBytes bytes;
+  bytes.params = param_shard_.nbytes();
+  if (persistent_group_ >= 0) bytes.params += groups_[persistent_group_].full.nbytes();
+  bytes.grads = grad_shard_.nbytes();
+  bytes.master_params = param_dtype_ == at::kFloat ? 0 : master_.nbytes();
+  bytes.optimizer_state = optimizer_->state_bytes();
+  bytes.gathered_peak =
+      live_peak_numel_ * static_cast<int64_t>(c10::elementSize(param_dtype_));
+  return bytes;
+}
+
+// ---- gathering ---------------------------------------------------------------------------
+
+void Stage3Engine::issue_gather(int g) {
+  Group& group = groups_[g];
+  ZERO_INTERNAL_ASSERT(group.state == GroupState::kReleased, "gather of ", group.name,
+                       " while it is not released");
+  const int64_t padded = group.layout.padded_numel;
+  at::Tensor buffer = gather_pool_.acquire(padded, param_shard_.options());
+  group.gathered = buffer;
+  attach_storage(group.full, buffer);
+  group.state = GroupState::kInFlight;
+  live_numel_ += padded;
+  live_peak_numel_ = std::max(live_peak_numel_, live_numel_);
+  at::Tensor input = param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel);
+  at::Tensor output = buffer.narrow(0, 0, padded);
+  group.ticket = queue_->submit(
+      [this, input, output] { counted([&] { comm_->all_gather(input, output); }); });
+}
+
+void Stage3Engine::wait_gathered(int g) {
+  Group& group = groups_[g];
+  if (group.state == GroupState::kInFlight) {
+    queue_->wait_for(group.ticket);
+    group.state = GroupState::kGathered;
+  }
+}
+
+void Stage3Engine::release(int g) {
+  Group& group = groups_[g];
+  if (group.persistent || group.state == GroupState::kReleased) return;
+  wait_gathered(g);  // the buffer may not go back to the pool while the gather writes it
+  detach_storage(group.full);
+  gather_pool_.put(std::move(group.gathered));
+  group.gathered = at::Tensor();
+  group.state = GroupState::kReleased;
+  group.prefetched = false;
+  live_numel_ -= group.layout.padded_numel;
+}
+
+// Makes group g whole for a unit call (forward or backward); Note [Stage 3 trace and prefetch].
+void Stage3Engine::fetch(int g, bool training) {
+  if (training) {
+    recorded_.push_back(g);
+    if (replaying_) {
+      if (cursor_ < trace_.size() && trace_[cursor_] == g) {
+        ++cursor_;
+      } else {
+        invalidate_trace(g);
+      }
+    }
+  }
+  Group& group = groups_[g];
+  if (group.state == GroupState::kReleased) issue_gather(g);
+  group.prefetched = false;
+  wait_gathered(g);
+  if (training && replaying_ && prefetch_enabled_) prefetch();
+}
+
+void Stage3Engine::prefetch() {
+  const auto& zc = config_.zero_optimization;
+  int64_t ahead = 0;
+  for (const auto& group : groups_) {
+    if (group.prefetched) ahead += group.layout.padded_numel;
+  }
+  for (size_t j = cursor_; j < trace_.size(); ++j) {
+    Group& group = groups_[trace_[j]];
+    if (group.state != GroupState::kReleased) continue;
+    const int64_t n = group.layout.padded_numel;
+    if (ahead + n > zc.stage3_prefetch_bucket_size) break;
+    if (live_numel_ + n > zc.stage3_max_live_parameters) break;
+    issue_gather(trace_[j]);
+    group.prefetched = true;
+    ahead += n;
+  }
+}
+
+void Stage3Engine::invalidate_trace(int g) {
+  replaying_ = false;
+  ++invalidations_;
+  if (rank_ == 0 && invalidations_ <= kReportedInvalidations) {
+    const std::string expected =
+        cursor_ < trace_.size() ? groups_[trace_[cursor_]].name : std::string("<end>");
+    std::fprintf(stderr,
+                 "zero: stage 3 unit order changed at fetch %zu (expected %s, got %s); prefetch "
+                 "is off for this micro-step and the new order is recorded%s\n",
+                 cursor_, expected.c_str(), groups_[g].name.c_str(),
+                 invalidations_ == kReportedInvalidations ? " (further changes not reported)" : "");
+  }
+  for (int h = 0; h < static_cast<int>(groups_.size()); ++h) {
+    if (groups_[h].prefetched && h != g) release(h);
+  }
+}
+
+// Whether group g is fetched again within stage3_max_reuse_distance elements of the trace.
+bool Stage3Engine::reused_soon(int g) const {
+  if (!replaying_) return false;
+  int64_t distance = 0;
+  const int64_t limit = config_.zero_optimization.stage3_max_reuse_distance;
+  for (size_t j = cursor_; j < trace_.size(); ++j) {
+    if (trace_[j] == g) return true;
+    distance += groups_[trace_[j]].layout.numel;
+    if (distance > limit) return false;
+  }
+  return false;
+}
+
+// Keeps gathered-but-idle groups within stage3_max_live_parameters, dropping those whose
+// next use is farthest first (or, without a trace, any).
+void Stage3Engine::enforce_live_budget() {
+  const int64_t budget = config_.zero_optimization.stage3_max_live_parameters;
+  while (live_numel_ > budget) {
+    int victim = -1;
+    size_t victim_next = 0;
+    for (int h = 0; h < static_cast<int>(groups_.size()); ++h) {
+      const Group& group = groups_[h];
+      if (group.persistent || group.state == GroupState::kReleased || group.in_use > 0 ||
+          group.pins > 0 || group.prefetched || (in_backward_ && group.pending > 0)) {
+        continue;
+      }
+      size_t next = std::numeric_limits<size_t>::max();
+      if (replaying_) {
+        for (size_t j = cursor_; j < trace_.size(); ++j) {
+          if (trace_[j] == h) {
+            next = j;
+            break;
+          }
+        }
+      }
+      if (victim < 0 || next > victim_next) {
+        victim = h;
+        victim_next = next;
+      }
+    }
+    if (victim < 0) return;  // everything gathered is needed now
+    release(victim);
+  }
+}
+
+void Stage3Engine::unit_begin(int unit) {
+  const bool training = c10::GradMode::is_enabled() && !in_backward_;
+  for (int g : units_[unit].groups) {
+    fetch(g, training);
+    ++groups_[g].in_use;
+  }
+}
+
+void Stage3Engine::unit_abandon(int unit) {
+  for (int g : units_[unit].groups) --groups_[g].in_use;
+}
+
+void Stage3Engine::unit_end(int unit, const std::vector<at::Tensor>& outputs) {
+  const bool training = c10::GradMode::is_enabled() && !in_backward_;
+  for (int g : units_[unit].groups) --groups_[g].in_use;
+  if (training && !units_[unit].groups.empty()) {
+    // The first gradient to reach any output re-gathers the unit for its backward.
+    auto fired = std::make_shared<std::atomic<bool>>(false);
+    std::shared_ptr<HookTarget> target = hook_target_;
+    for (const at::Tensor& output : outputs) {
+      if (!output.defined() || !output.requires_grad()) continue;
+      const_cast<at::Tensor&>(output).register_hook([target, fired, unit](const at::Tensor&) {
+        if (fired->exchange(true)) return;
+        std::lock_guard<std::mutex> lock(target->mutex);
+        if (target->engine != nullptr) {
+          static_cast<Stage3Engine*>(target->engine)->before_backward(unit);
+        }
+      });
+    }
+  }
+  for (int g : units_[unit].groups) {
+    const Group& group = groups_[g];
+    if (group.in_use > 0 || group.pins > 0) continue;
+    if (training && reused_soon(g)) continue;
+    release(g);
+  }
+  enforce_live_budget();
+}
+
+void Stage3Engine::before_backward(int unit) {
+  ZERO_CHECK(in_backward_, "the backward of stage-3 unit '", units_[unit].name,
+             "' ran outside engine.backward(loss): call engine.backward(loss) instead of ",
+             "loss.backward()");
+  for (int g : units_[unit].groups) {
+    if (groups_[g].reduced) continue;  // its gradients are complete: nothing left to compute
+    fetch(g, /*training=*/true);
+  }
+}
+
+void Stage3Engine::adopt_trace() {
+  const bool changed = !replaying_ || cursor_ != trace_.size();
+  if (changed) {
+    trace_ = recorded_;
+    if (world_ > 1) {
+      // Every rank must replay the same trace, or their prefetch collectives would not match.
+      std::ostringstream description;
+      description << "stage 3 unit order:";
+      for (int g : trace_) description << " " << groups_[g].name;
+      description << "\n";
+      check_ranks_agree_on(*comm_, description.str());
+    }
+  }
+  replaying_ = true;
+  recorded_.clear();
+  cursor_ = 0;
+}
+
+// ---- gradients ---------------------------------------------------------------------------
+
+void Stage3Engine::begin_backward() {
+  for (auto& group : groups_) {
+    group.pending = static_cast<int>(group.params.size());
+    group.reduced = false;
+  }
+}
+
+void Stage3Engine::on_gradient_ready(int index) {
+  ZERO_CHECK(in_backward_, "a gradient of '", params_[index].name,
+             "' was computed outside engine.backward(loss): call engine.backward(loss) instead ",
+             "of loss.backward() so loss scaling and gradient reduction happen");
+  Param3& p = params_[index];
+  Group& group = groups_[p.group];
+  at::Tensor grad = p.param.grad();
+  if (grad.defined()) {
+    if (!group.grad_buffer.defined()) {
+      group.grad_pooled =
+          grad_pool_.acquire(group.layout.padded_numel, param_shard_.options().dtype(comm_dtype_));
+      group.grad_buffer = group.grad_pooled.narrow(0, 0, group.layout.padded_numel).zero_();
+    }
+    group.grad_buffer.narrow(0, p.offset, p.numel).copy_(grad.reshape({-1}));
+    p.param.mutable_grad().reset();  // the full-size gradient is not kept
+  }
+  if (--group.pending == 0) {
+    launch_reduction(p.group);
+    if (group.in_use == 0 && group.pins == 0) release(p.group);
+  }
+}
+
+void Stage3Engine::launch_reduction(int g) {
+  Group& group = groups_[g];
+  ZERO_INTERNAL_ASSERT(!group.reduced, "group ", group.name, " reduced twice in one backward");
+  group.reduced = true;
+  if (!group.grad_buffer.defined()) {  // no gradient arrived: contribute zeros
+    group.grad_pooled =
+        grad_pool_.acquire(group.layout.padded_numel, param_shard_.options().dtype(comm_dtype_));
+    group.grad_buffer = group.grad_pooled.narrow(0, 0, group.layout.padded_numel).zero_();
+  }
+  queue_->submit([this, g] { reduce_group(g); });
+}
+
+// Runs on the communication thread; Note [Deterministic ring reduction].
+void Stage3Engine::reduce_group(int g) {
+  Group& group = groups_[g];
+  const int64_t shard = group.layout.shard_numel;
+  at::Tensor work = group.grad_buffer;
+  at::Tensor own = work.narrow(0, rank_ * shard, shard);
+  counted([&] { comm_->reduce_scatter(work, own, ReduceOp::kSum); });
+  at::Tensor target = grad_shard_.narrow(0, group.shard_offset, shard);
+  if (config_.gradient_accumulation_steps > 1) {
+    target.add_(own);
+  } else {
+    target.copy_(own);
+  }
+  group.grad_buffer = at::Tensor();
+  grad_pool_.put(std::move(group.grad_pooled));
+  group.grad_pooled = at::Tensor();
+}
+
+void Stage3Engine::finish_backward() {
+  // Groups some of whose parameters got no gradient in this backward: reduce what there is,
+  // in group order (the same on every rank).
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    if (!groups_[g].reduced) launch_reduction(g);
+  }
+  queue_->wait();
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    if (groups_[g].pins == 0) release(g);
+  }
+  gather_pool_.clear();
+  grad_pool_.clear();
+  adopt_trace();
+}
+
+void Stage3Engine::abandon_backward() {
+  try {
+    queue_->wait();
+  } catch (...) {
+    // The autograd error is what the caller sees.
+  }
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    Group& group = groups_[g];
+    group.grad_buffer = at::Tensor();
+    group.grad_pooled = at::Tensor();
+    group.reduced = true;
+    if (group.pins == 0) release(g);
+  }
+  recorded_.clear();
+  replaying_ = false;
+  cursor_ = 0;
+}
+
+double Stage3Engine::local_sum_of_squares() {
+  // Padding contributes zeros (the gradient buffers are zeroed), so the whole shard will do.
+  return sum_of_squares(grad_shard_);
+}
+
+void Stage3Engine::apply_update(double grad_multiplier) {
+  at::Tensor param_out;
+  if (param_dtype_ != at::kFloat) param_out = param_shard_;
+  optimizer_->step(master_, grad_shard_, grad_multiplier, param_out, lr_);
+  gather_persistent();
+}
+
+void Stage3Engine::gather_persistent() {
+  if (persistent_group_ < 0) return;
+  Group& group = groups_[persistent_group_];
+  at::Tensor input = param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel);
+  counted([&] { comm_->all_gather(input, group.full); });
+}
+
+void Stage3Engine::zero_gradients() { grad_shard_.zero_(); }
+
+// ---- access outside forward (zero::GatheredParameters, state dicts) ---------------------
+
+std::vector<int> Stage3Engine::groups_of(const std::vector<at::Tensor>& params) const {
+  std::vector<int> groups;
+  for (const at::Tensor& p : params) {
+    auto it = param_index_.find(p.unsafeGetTensorImpl());
+    ZERO_CHECK(it != param_index_.end(), "zero::GatheredParameters: a tensor of shape ",
+               p.sizes(), " is not a trainable parameter of this engine's model");
+    const int g = params_[it->second].group;
+    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  }
+  std::sort(groups.begin(), groups.end());  // the same order on every rank
+  return groups;
+}
+
+void Stage3Engine::pin(const std::vector<at::Tensor>& params) {
+  ZERO_CHECK(!in_backward_, "zero::GatheredParameters cannot be used during backward");
+  for (int g : groups_of(params)) {
+    if (groups_[g].persistent) continue;  // always whole
+    if (groups_[g].state == GroupState::kReleased) issue_gather(g);
+    groups_[g].prefetched = false;
+    wait_gathered(g);
+    ++groups_[g].pins;
+  }
+}
+
+void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_rank) {
+  const std::vector<int> groups = groups_of(params);
+  at::NoGradGuard no_grad;
+  for (int g : groups) {
+    Group& group = groups_[g];
+    if (modifier_rank >= 0) {
+      // The modifier's values become everyone's, and this rank's shard (and fp32 master)
+      // takes its part of them.
+      counted([&] { comm_->broadcast(group.full, modifier_rank); });
+      const Range owned = group.layout.owned(rank_);
+      at::Tensor source = group.full.narrow(0, owned.begin, owned.size());
+      param_shard_.narrow(0, group.shard_offset, owned.size()).copy_(source);
+      if (param_dtype_ != at::kFloat) {
+        master_.narrow(0, group.shard_offset, owned.size()).copy_(source);
+      }
+    }
+    if (!group.persistent) {
+      ZERO_INTERNAL_ASSERT(group.pins > 0, "unpin of group ", group.name, " that is not pinned");
+      if (--group.pins == 0 && group.in_use == 0) release(g);
+    }
+  }
+}
+
+void Stage3Engine::visit_full_parameters(
+    const std::function<void(const std::string&, const at::Tensor&)>& visit) {
+  // One group at a time, so at most one unit's parameters are gathered beyond the usual.
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    std::vector<at::Tensor> members;
+    for (int i : groups_[g].params) members.push_back(params_[i].param);
+    pin(members);
+    try {
+      for (int i : groups_[g].params) visit(params_[i].name, params_[i].param);
+    } catch (...) {
+      unpin(members, -1);
+      throw;
+    }
+    unpin(members, -1);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_stage3_engine(std::shared_ptr<torch::nn::Module> model,
+                                           const Config& config,
+                                           std::shared_ptr<Communicator> comm) {
+  return std::make_unique<Stage3Engine>(std::move(model), config, std::move(comm));
+}
+
+}  // namespace zero

@@ -1,0 +1,44 @@
+// Which modules are stage-3 units (zero::declare_unit), and which engine, if any, runs each.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "zero/unit.h"
+
+namespace zero {
+
+/// What a stage-3 engine does around one call of a unit (zero::run).
+class UnitRuntime {
+ public:
+  virtual ~UnitRuntime() = default;
+  /// Before the body: the unit's parameters must be whole when this returns.
+  virtual void unit_begin(int unit) = 0;
+  /// After the body returned `outputs`: release, and arrange the re-gather before backward.
+  virtual void unit_end(int unit, const std::vector<at::Tensor>& outputs) = 0;
+  /// The body threw: undo unit_begin without communicating.
+  virtual void unit_abandon(int unit) = 0;
+};
+
+namespace detail {
+
+// Shared by the registry, running UnitCalls and the engine; the engine clears `runtime` when
+// it is destroyed, so a later call is a pass-through instead of a use-after-free.
+struct UnitBinding {
+  std::mutex mutex;
+  UnitRuntime* runtime = nullptr;
+  int unit = -1;
+};
+
+}  // namespace detail
+
+/// Binds `module` (a declared unit) to `runtime` as unit `index`; the returned binding is
+/// cleared by the caller when it goes away. Throws zero::Error when another live engine
+/// already runs this module.
+std::shared_ptr<detail::UnitBinding> bind_unit(const torch::nn::Module& module,
+                                               UnitRuntime* runtime, int index);
+
+}  // namespace zero
