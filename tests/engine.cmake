@@ -5,3 +5,5 @@ zero_add_test(NAME test_engine_equivalence SOURCES test_engine_equivalence.cpp
               LIBS zero_engine_harness RANKS 1 2 3 4 TIMEOUT 900)
 zero_add_test(NAME test_engine SOURCES test_engine.cpp LIBS zero_engine_harness RANKS 1 2 3
               TIMEOUT 600)
+zero_add_test(NAME test_stage3 SOURCES test_stage3.cpp LIBS zero_engine_harness RANKS 1 2 3 4
+              TIMEOUT 600)

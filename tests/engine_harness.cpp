@@ -142,6 +142,7 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
   }
   {
     // Whole parameters at every stage (at stage 3 they are released outside forward).
+    result.state_bytes = engine.model_state_bytes();  // before this gather adds to its peak
     GatheredParameters whole(engine, result.model->parameters());
     result.parameters = flatten_parameters(*result.model);
   }
@@ -151,18 +152,26 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
 RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int world_size) {
   RunResult result;
   result.model = spec.build();
+  // Each parameter once: a shared one must be updated (and counted in the norm) once.
+  std::vector<at::Tensor> parameters;
+  {
+    std::unordered_set<const void*> seen;
+    for (const auto& p : result.model->parameters()) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) parameters.push_back(p);
+    }
+  }
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (options.optimizer == "AdamW") {
     optimizer = std::make_unique<torch::optim::AdamW>(
-        result.model->parameters(),
+        parameters,
         torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
   } else if (options.optimizer == "Adam") {
     optimizer = std::make_unique<torch::optim::Adam>(
-        result.model->parameters(),
+        parameters,
         torch::optim::AdamOptions(options.lr).weight_decay(options.weight_decay));
   } else {
     optimizer = std::make_unique<torch::optim::SGD>(
-        result.model->parameters(), torch::optim::SGDOptions(options.lr)
+        parameters, torch::optim::SGDOptions(options.lr)
                                         .weight_decay(options.weight_decay)
                                         .momentum(options.momentum)
                                         .nesterov(options.nesterov));
@@ -173,9 +182,14 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
     optimizer->zero_grad();
     at::Tensor loss = spec.loss(*result.model, x, y);
     loss.backward();
+    // A parameter unused in this step trains on a zero gradient, as in the engine (and
+    // DeepSpeed): Adam's moments decay and weight decay applies.
+    for (auto& p : parameters) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    }
     double norm = 0;
     if (options.gradient_clipping > 0) {
-      norm = torch::nn::utils::clip_grad_norm_(result.model->parameters(),
+      norm = torch::nn::utils::clip_grad_norm_(parameters,
                                                options.gradient_clipping);
     }
     optimizer->step();

@@ -59,6 +59,7 @@ struct RunResult {
   std::vector<double> losses;   // per optimizer step: mean loss over the global batch
   std::vector<double> norms;    // engine's global grad norm per step
   at::Tensor parameters;        // final parameters, flattened in named_parameters() order, fp32
+  ModelStateBytes state_bytes;  // after training (run_engine), before gathering `parameters`
   std::unique_ptr<Engine> engine;
   std::shared_ptr<torch::nn::Module> model;
 };

@@ -546,11 +546,12 @@ void Stage3Engine::invalidate_trace(int g) {
   }
 }
 
-// Whether group g is fetched again within stage3_max_reuse_distance elements of the trace.
+// Whether group g is fetched again within stage3_max_reuse_distance elements of the trace
+// (elements of the groups fetched in between). 0 never keeps a group: every use gathers.
 bool Stage3Engine::reused_soon(int g) const {
-  if (!replaying_) return false;
-  int64_t distance = 0;
   const int64_t limit = config_.zero_optimization.stage3_max_reuse_distance;
+  if (!replaying_ || limit == 0) return false;
+  int64_t distance = 0;
   for (size_t j = cursor_; j < trace_.size(); ++j) {
     if (trace_[j] == g) return true;
     distance += groups_[trace_[j]].layout.numel;
