@@ -1,7 +1,11 @@
-// Step time and model-state bytes per rank of ZeRO stages 0, 1 and 2 on a GPT-2.
+// Step time and model-state bytes per rank of ZeRO stages 0-3 on a GPT-2.
 //
 //   mpirun -np N bench_engine [--model gpt2-mini] [--batch 2] [--seq 256] [--steps 6]
 //                             [--dtype fp32|bf16] [--threads T] [--overlap 0|1]
+//                             [--stages 0123]
+//
+// Stage 3 runs three ways: gathering on demand on the main thread (overlap_comm false), on the
+// communication thread without prefetch (stage3_prefetch_bucket_size 0), and with prefetch.
 //
 // The engines of all configurations live side by side and their steps are interleaved
 // round-robin (stage 0, 1, 2, 0, 1, 2, ...), so drift in the shared machine's speed hits every
@@ -35,6 +39,7 @@ struct Options {
   std::string dtype = "fp32";
   int threads = 0;  // 0: cores / ranks
   bool overlap_variants = true;
+  std::string stages = "0123";
 };
 
 Options parse(int argc, char** argv) {
@@ -49,6 +54,7 @@ Options parse(int argc, char** argv) {
     else if (key == "--dtype") o.dtype = value;
     else if (key == "--threads") o.threads = std::stoi(value);
     else if (key == "--overlap") o.overlap_variants = value != "0";
+    else if (key == "--stages") o.stages = value;
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       std::exit(2);
@@ -61,13 +67,14 @@ struct Variant {
   int stage;
   bool overlap;
   std::string label;
+  std::string extra_zero_json;
   std::shared_ptr<zero::gpt2::GPT2Impl> model;
   std::unique_ptr<zero::Engine> engine;
   std::vector<double> step_ms;
   double comm_ms = 0;
 };
 
-std::string config_json(const Options& o, int world, int stage, bool overlap) {
+std::string config_json(const Options& o, int stage, bool overlap, const std::string& extra) {
   std::string json = "{\"train_micro_batch_size_per_gpu\": " + std::to_string(o.batch) +
                      ", \"gradient_accumulation_steps\": 1, \"gradient_clipping\": 1.0" +
                      ", \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, "
@@ -75,8 +82,7 @@ std::string config_json(const Options& o, int world, int stage, bool overlap) {
   if (o.dtype == "bf16") json += ", \"bf16\": {\"enabled\": true}";
   json += ", \"zero_optimization\": {\"stage\": " + std::to_string(stage) +
           ", \"reduce_bucket_size\": 5e7, \"allgather_bucket_size\": 5e7, \"overlap_comm\": " +
-          (overlap ? "true" : "false") + "}}";
-  (void)world;
+          (overlap ? "true" : "false") + extra + "}}";
   return json;
 }
 
@@ -97,17 +103,26 @@ int main(int argc, char** argv) {
   at::set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / world));
 
   std::vector<Variant> variants;
+  auto wanted = [&](int stage) { return o.stages.find(char('0' + stage)) != std::string::npos; };
   for (int stage = 0; stage <= 2; ++stage) {
-    variants.push_back({stage, false, "stage " + std::to_string(stage), nullptr, nullptr, {}, 0});
+    if (wanted(stage)) variants.push_back({stage, false, "stage " + std::to_string(stage), ""});
   }
-  if (o.overlap_variants && world > 1) {
-    variants.push_back({2, true, "stage 2 + overlap_comm", nullptr, nullptr, {}, 0});
+  if (o.overlap_variants && world > 1 && wanted(2)) {
+    variants.push_back({2, true, "stage 2 + overlap_comm", ""});
+  }
+  if (wanted(3)) {
+    variants.push_back({3, false, "stage 3, on demand", ""});
+    if (o.overlap_variants) {
+      variants.push_back({3, true, "stage 3 + overlap, no prefetch",
+                          ", \"stage3_prefetch_bucket_size\": 0"});
+      variants.push_back({3, true, "stage 3 + overlap + prefetch", ""});
+    }
   }
   for (auto& v : variants) {
     torch::manual_seed(0);
     v.model = std::make_shared<zero::gpt2::GPT2Impl>(zero::gpt2::GPT2Config::preset(o.model));
     const zero::Config config =
-        zero::parse_config(config_json(o, world, v.stage, v.overlap), world, "bench");
+        zero::parse_config(config_json(o, v.stage, v.overlap, v.extra_zero_json), world, "bench");
     v.engine = zero::initialize(v.model, config, comm);
   }
   const auto vocab = zero::gpt2::GPT2Config::preset(o.model).vocab_size;
@@ -137,8 +152,9 @@ int main(int argc, char** argv) {
                 o.model.c_str(), variants[0].engine->num_parameters() / 1e6, o.dtype.c_str(),
                 world, static_cast<long long>(o.batch), static_cast<long long>(o.seq),
                 at::get_num_threads(), o.steps);
-    std::printf("| configuration | step ms | vs stage 0 | model-state MiB/rank | params | grads | "
-                "fp32 master | optimizer | comm MiB/step |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| configuration | step ms | vs first | model-state MiB/rank | params | grads | "
+                "fp32 master | optimizer | gathered peak | comm MiB/step |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
     for (auto& v : variants) {
       const auto bytes = v.engine->model_state_bytes();
       const auto c = v.engine->communication();
@@ -146,10 +162,11 @@ int main(int argc, char** argv) {
       const double per_step =
           (c.reduce_scatter.bytes + c.all_gather.bytes + c.all_reduce.bytes) / steps / (1 << 20);
       auto mib = [](int64_t b) { return b / double(1 << 20); };
-      std::printf("| %s | %.0f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+      std::printf("| %s | %.0f | %.3f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
                   v.label.c_str(), median(v.step_ms), median(v.step_ms) / base,
                   mib(bytes.total()), mib(bytes.params), mib(bytes.grads),
-                  mib(bytes.master_params), mib(bytes.optimizer_state), per_step);
+                  mib(bytes.master_params), mib(bytes.optimizer_state), mib(bytes.gathered_peak),
+                  per_step);
     }
   }
   return 0;

@@ -17,6 +17,7 @@
 #include "zero/gathered_parameters.h"
 #include "zero/gpt2.h"
 #include "zero/shard.h"
+#include "zero/sharded_init.h"
 #include "zero/state_dict.h"
 #include "zero/unit.h"
 
@@ -406,6 +407,58 @@ TEST(Stage3, EvaluationForwardMatchesWholeModel) {
     whole_logits = gpt.forward(x);
   }
   EXPECT_TRUE(at::equal(partitioned_logits, whole_logits));
+}
+
+// Building under zero::ShardedInit partitions each unit as it is declared: the finished model
+// holds no full copy of a partitioned parameter, and training is bit for bit the same as
+// partitioning the finished model in zero::initialize (both start from rank 0's values).
+TEST(Stage3, ShardedInitMatchesPartitioningTheFinishedModel) {
+  auto comm = world();
+  RunOptions options;
+  options.stage = 3;
+  options.dtype = "bf16";
+  options.extra_zero_json = kPartitioned;
+  const ModelSpec plain = tiny_gpt2_spec();
+  const RunResult expected = run_engine(plain, options, comm);
+
+  const Config config = parse_config(make_config_json(options), comm->size(), "test config");
+  ModelSpec sharded = plain;
+  bool released_while_building = false;
+  sharded.build = [&] {
+    ShardedInit scope(config, comm);
+    auto model = plain.build();
+    auto& gpt = dynamic_cast<gpt2::GPT2Impl&>(*model);
+    const auto* block = gpt.transformer->h[1]->as<gpt2::BlockImpl>();
+    released_while_building = block->mlp->c_fc->weight.storage().nbytes() == 0 &&
+                              gpt.transformer->wte->weight.storage().nbytes() == 0 &&
+                              gpt.transformer->ln_f->weight.storage().nbytes() > 0;  // no unit
+    return model;
+  };
+  const RunResult run = run_engine(sharded, options, comm);
+  EXPECT_TRUE(released_while_building);
+  EXPECT_TRUE(at::equal(run.parameters, expected.parameters));
+  EXPECT_EQ(run.state_bytes.total(), expected.state_bytes.total());
+
+  // A mismatched config at initialize is refused, naming what differs.
+  RunOptions other = options;
+  other.dtype = "fp32";
+  std::shared_ptr<torch::nn::Module> model;
+  {
+    ShardedInit scope(config, comm);
+    model = plain.build();
+  }
+  try {
+    initialize(model, parse_config(make_config_json(other), comm->size(), "other config"), comm);
+    FAIL() << "expected zero::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("was partitioned by zero::ShardedInit for bf16"),
+              std::string::npos)
+        << e.what();
+  }
+  // ShardedInit is for stage 3 only.
+  options.stage = 2;
+  EXPECT_THROW(ShardedInit(parse_config(make_config_json(options), comm->size(), "s2"), comm),
+               Error);
 }
 
 TEST(Stage3, ModelWithoutUnitsIsRejected) {

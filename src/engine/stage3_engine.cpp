@@ -57,6 +57,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/fingerprint.h"
+#include "engine/param_storage.h"
 #include "engine/parameter_access.h"
 #include "engine/unit_registry.h"
 #include "zero/error.h"
@@ -65,8 +66,6 @@
 namespace zero {
 namespace {
 
-// Every shard starts on a multiple of this many elements (Note [Shard layout]).
-constexpr int64_t kShardAlignment = 64;
 // How many trace invalidations rank 0 reports before it only counts them.
 constexpr int kReportedInvalidations = 3;
 
@@ -83,6 +82,7 @@ enum class GroupState { kReleased, kInFlight, kGathered };
 struct Group {
   std::string name;
   bool persistent = false;
+  int unit = -1;             // the unit whose own parameters these are (-1: persistent)
   std::vector<int> params;
   ShardLayout layout;
   int64_t shard_offset = 0;  // this rank's shard in the shard space
@@ -105,6 +105,7 @@ struct Unit {
   const torch::nn::Module* module = nullptr;
   std::vector<int> groups;  // non-persistent groups the unit needs (its own first)
   std::shared_ptr<detail::UnitBinding> binding;
+  std::shared_ptr<PrepartitionedUnit> prepartitioned;  // built under zero::ShardedInit
 };
 
 // Buffers reused within one micro-step and emptied after backward, so no gathered or
@@ -144,23 +145,6 @@ class BufferPool {
   std::mutex mutex_;
   std::vector<at::Tensor> free_;
 };
-
-// Points `full`'s storage at `buffer` (which it keeps alive) or detaches it (0 bytes). The
-// parameters and autograd's saved tensors are views of that storage.
-void attach_storage(const at::Tensor& full, const at::Tensor& buffer) {
-  c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
-  auto* keep_alive = new at::Tensor(buffer);
-  storage->set_data_ptr_noswap(c10::DataPtr(
-      buffer.data_ptr(), keep_alive, [](void* ctx) { delete static_cast<at::Tensor*>(ctx); },
-      buffer.device()));
-  storage->set_nbytes(static_cast<size_t>(full.numel()) * full.element_size());
-}
-
-void detach_storage(const at::Tensor& full) {
-  c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, full.device()));
-  storage->set_nbytes(0);
-}
 
 class Stage3Engine final : public EngineCore, public UnitRuntime, public ParameterAccess {
  public:
@@ -268,8 +252,6 @@ Stage3Engine::~Stage3Engine() {
 }
 
 void Stage3Engine::collect_parameters() {
-  // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()).
-  model_->to(param_dtype_);
   // Modules in pre-order with the unit each belongs to (its own if declared, else its
   // parent's; -1: outside every unit).
   std::unordered_map<const torch::nn::Module*, int> unit_of;
@@ -299,6 +281,24 @@ void Stage3Engine::collect_parameters() {
   ZERO_CHECK(!units_.empty(), config_.source, ": zero_optimization.stage = 3, but the model ",
              "declares no units: call zero::declare_unit(module) for each block (zero/unit.h) ",
              "and run them with zero::run, or use stage 2");
+  // Units partitioned while the model was built must match this engine's configuration.
+  const auto& zc = config_.zero_optimization;
+  for (auto& unit : units_) {
+    unit.prepartitioned = take_prepartitioned(*unit.module);
+    if (!unit.prepartitioned) continue;
+    const PrepartitionedUnit& built = *unit.prepartitioned;
+    ZERO_CHECK(built.dtype == param_dtype_ && built.world == world_ &&
+                   built.persistence_threshold == zc.stage3_param_persistence_threshold,
+               "zero::initialize: unit '", unit.name, "' was partitioned by zero::ShardedInit for ",
+               dtype_name(built.dtype), " parameters, world size ", built.world,
+               " and stage3_param_persistence_threshold ", built.persistence_threshold,
+               ", but this config (", config_.source, ") has ", dtype_name(param_dtype_), ", ",
+               world_, " and ", zc.stage3_param_persistence_threshold,
+               "; build the model under a ShardedInit with the same config");
+  }
+  // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()).
+  // Partitioned parameters are in that dtype already, so this never reads their storage.
+  model_->to(param_dtype_);
 
   // Parameters, each once (the first module that registers a shared one owns it).
   std::vector<int> home_unit;  // per params_ entry
@@ -338,7 +338,6 @@ void Stage3Engine::collect_parameters() {
 
   // Persistence: small parameters (in registration order, within the model-wide cap) and
   // everything outside the units stay whole.
-  const auto& zc = config_.zero_optimization;
   std::vector<bool> persistent(params_.size(), false);
   int64_t persistent_numel = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -373,6 +372,7 @@ void Stage3Engine::collect_parameters() {
     if (group_of_unit[unit] < 0) {
       groups_.emplace_back();
       groups_.back().name = units_[unit].name;
+      groups_.back().unit = unit;
       group_of_unit[unit] = static_cast<int>(groups_.size()) - 1;
     }
     add_param(group_of_unit[unit], static_cast<int>(i));
@@ -386,8 +386,23 @@ void Stage3Engine::collect_parameters() {
       if (std::find(needed.begin(), needed.end(), g) == needed.end()) needed.push_back(g);
     }
   }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u].prepartitioned) continue;
+    std::vector<const void*> expected;
+    if (group_of_unit[u] >= 0) {
+      for (int i : groups_[group_of_unit[u]].params) {
+        expected.push_back(params_[i].param.unsafeGetTensorImpl());
+      }
+    }
+    std::vector<const void*> built;
+    for (const auto& p : units_[u].prepartitioned->params) built.push_back(p.unsafeGetTensorImpl());
+    ZERO_CHECK(expected == built, "zero::initialize: unit '", units_[u].name, "' was partitioned ",
+               "by zero::ShardedInit with ", built.size(), " parameters, but the finished model ",
+               "gives it ", expected.size(), " (a parameter shared with a unit declared earlier ",
+               "in construction than in module order?); build this model without ShardedInit");
+  }
   for (auto& group : groups_) {
-    group.layout = shard_layout(group.layout.numel, world_, kShardAlignment);
+    group.layout = shard_layout(group.layout.numel, world_, kStage3Alignment);
     group.shard_offset = shard_numel_;
     shard_numel_ += group.layout.shard_numel;
   }
@@ -408,33 +423,30 @@ std::string Stage3Engine::describe_parameters() const {
 
 // One group at a time: rank 0's values are broadcast, this rank keeps its shard, and the
 // full copy is released; the peak beyond the model as built is one group's full buffer.
+// Groups partitioned while the model was built (zero::ShardedInit) are adopted as they are.
 void Stage3Engine::partition() {
   const auto device = params_.front().param.device();
   const auto options = at::TensorOptions().device(device);
   param_shard_ = at::empty({shard_numel_}, options.dtype(param_dtype_));
-  at::NoGradGuard no_grad;
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     Group& group = groups_[g];
-    at::Tensor full = at::zeros({group.layout.padded_numel}, options.dtype(param_dtype_));
-    for (int i : group.params) {
-      Param3& p = params_[i];
-      full.narrow(0, p.offset, p.numel).copy_(p.param.detach().reshape({-1}));
-    }
-    counted([&] { comm_->broadcast(full, 0); });
-    const Range owned = group.layout.owned(rank_);
-    param_shard_.narrow(0, group.shard_offset, owned.size())
-        .copy_(full.narrow(0, owned.begin, owned.size()));
-    group.full = full;
-    for (int i : group.params) {
-      Param3& p = params_[i];
-      p.param.set_data(full.narrow(0, p.offset, p.numel).view(p.param.sizes()));
-    }
-    if (group.persistent) {
-      group.state = GroupState::kGathered;
+    std::vector<at::Tensor> members;
+    for (int i : group.params) members.push_back(params_[i].param);
+    PartitionedGroup partitioned;
+    if (group.unit >= 0 && units_[group.unit].prepartitioned) {
+      partitioned = std::move(units_[group.unit].prepartitioned->group);
+      units_[group.unit].prepartitioned.reset();
     } else {
-      detach_storage(group.full);
-      group.state = GroupState::kReleased;
+      counted([&] {
+        partitioned = partition_parameters(members, param_dtype_, *comm_, group.persistent);
+      });
     }
+    ZERO_INTERNAL_ASSERT(partitioned.layout.padded_numel == group.layout.padded_numel,
+                         "group ", group.name, " partitioned with ", partitioned.layout.padded_numel,
+                         " elements, expected ", group.layout.padded_numel);
+    param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel).copy_(partitioned.shard);
+    group.full = partitioned.full;
+    group.state = group.persistent ? GroupState::kGathered : GroupState::kReleased;
   }
   master_ = param_dtype_ == at::kFloat ? param_shard_ : param_shard_.to(at::kFloat);
   grad_shard_ = at::zeros({shard_numel_}, options.dtype(grad_shard_dtype_));

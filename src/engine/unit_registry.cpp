@@ -46,16 +46,37 @@ void declare_unit(torch::nn::Module& module) {
                "std::shared_ptr (create it through its ModuleHolder, e.g. torch::nn::Linear, ",
                "or std::make_shared) and be declared after construction");
   }
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (find_live(r, module) != nullptr) return;
+    // Drop entries of destroyed modules now and then, so the map does not grow without bound.
+    if (r.entries.size() > 64 && r.entries.size() % 64 == 0) {
+      for (auto it = r.entries.begin(); it != r.entries.end();) {
+        it = it->second.module.expired() ? r.entries.erase(it) : std::next(it);
+      }
+    }
+    r.entries[&module] = Entry{owner, std::make_shared<detail::UnitBinding>()};
+  }
+  partition_declared_unit(module);  // a no-op unless a zero::ShardedInit is active
+}
+
+std::shared_ptr<PrepartitionedUnit> take_prepartitioned(const torch::nn::Module& module) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  if (find_live(r, module) != nullptr) return;
-  // Drop entries of destroyed modules now and then, so the map does not grow without bound.
-  if (r.entries.size() > 64 && r.entries.size() % 64 == 0) {
-    for (auto it = r.entries.begin(); it != r.entries.end();) {
-      it = it->second.module.expired() ? r.entries.erase(it) : std::next(it);
-    }
-  }
-  r.entries[&module] = Entry{owner, std::make_shared<detail::UnitBinding>()};
+  Entry* entry = find_live(r, module);
+  if (entry == nullptr) return nullptr;
+  std::lock_guard<std::mutex> binding_lock(entry->binding->mutex);
+  return std::move(entry->binding->prepartitioned);
+}
+
+void store_prepartitioned(const torch::nn::Module& module, std::shared_ptr<PrepartitionedUnit> unit) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  Entry* entry = find_live(r, module);
+  ZERO_INTERNAL_ASSERT(entry != nullptr, "store_prepartitioned: ", module.name(), " not declared");
+  std::lock_guard<std::mutex> binding_lock(entry->binding->mutex);
+  entry->binding->prepartitioned = std::move(unit);
 }
 
 bool is_declared_unit(const torch::nn::Module& module) {

@@ -23,6 +23,8 @@ class UnitRuntime {
   virtual void unit_abandon(int unit) = 0;
 };
 
+struct PrepartitionedUnit;
+
 namespace detail {
 
 // Shared by the registry, running UnitCalls and the engine; the engine clears `runtime` when
@@ -31,6 +33,8 @@ struct UnitBinding {
   std::mutex mutex;
   UnitRuntime* runtime = nullptr;
   int unit = -1;
+  // Partitioned while the model was built (zero::ShardedInit); taken by zero::initialize.
+  std::shared_ptr<PrepartitionedUnit> prepartitioned;
 };
 
 }  // namespace detail
@@ -40,5 +44,15 @@ struct UnitBinding {
 /// already runs this module.
 std::shared_ptr<detail::UnitBinding> bind_unit(const torch::nn::Module& module,
                                                UnitRuntime* runtime, int index);
+
+/// The unit's partition made under zero::ShardedInit, handed over once (null if none).
+std::shared_ptr<PrepartitionedUnit> take_prepartitioned(const torch::nn::Module& module);
+
+/// Hands the unit's partition made under zero::ShardedInit to the registry.
+void store_prepartitioned(const torch::nn::Module& module, std::shared_ptr<PrepartitionedUnit> unit);
+
+/// Called by declare_unit for every newly declared unit: partitions it when a
+/// zero::ShardedInit is active on this thread, else does nothing (sharded_init.cpp).
+void partition_declared_unit(torch::nn::Module& module);
 
 }  // namespace zero

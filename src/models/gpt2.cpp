@@ -182,16 +182,42 @@ at::Tensor BlockImpl::forward(const at::Tensor& x) {
 
 GPT2ModelImpl::GPT2ModelImpl(const GPT2Config& config) : config_(config) {
   validate(config_);
+  // GPT-2 initialisation from the global generator (a torch::manual_seed before construction
+  // gives the same model on every rank), applied to each ZeRO stage-3 unit (zero/unit.h) as
+  // soon as it is built, before it is declared: under zero::ShardedInit the declaration
+  // partitions the unit at once, so the whole model never exists on one rank. The units are
+  // the token embedding (also the tied lm_head), the position embedding, and each block;
+  // ln_f is small and stays whole.
+  at::NoGradGuard no_grad;
+  const double init_std = config.initializer_range;
+  const double proj_std = init_std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
   wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
-  wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
-  h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
-  ln_f = register_module("ln_f", make_layer_norm(config));
-  // ZeRO stage 3 units (zero/unit.h): the token embedding (also the tied lm_head), the
-  // position embedding, and each block. ln_f is small and stays whole.
+  wte->weight.normal_(0.0, init_std);
   zero::declare_unit(*wte);
+  wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
+  wpe->weight.normal_(0.0, init_std);
   zero::declare_unit(*wpe);
-  for (const auto& block : *h) zero::declare_unit(*block);
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    Block block(config);
+    block->ln_1->weight.fill_(1.0);
+    block->ln_1->bias.zero_();
+    block->attn->c_attn->weight.normal_(0.0, init_std);
+    block->attn->c_attn->bias.zero_();
+    block->attn->c_proj->weight.normal_(0.0, proj_std);
+    block->attn->c_proj->bias.zero_();
+    block->ln_2->weight.fill_(1.0);
+    block->ln_2->bias.zero_();
+    block->mlp->c_fc->weight.normal_(0.0, init_std);
+    block->mlp->c_fc->bias.zero_();
+    block->mlp->c_proj->weight.normal_(0.0, proj_std);
+    block->mlp->c_proj->bias.zero_();
+    h->push_back(block);
+    zero::declare_unit(*block);
+  }
+  ln_f = register_module("ln_f", make_layer_norm(config));
+  ln_f->weight.fill_(1.0);
+  ln_f->bias.zero_();
 }
 
 at::Tensor GPT2ModelImpl::forward(const at::Tensor& idx) {
@@ -227,32 +253,7 @@ at::Tensor GPT2ModelImpl::forward(const at::Tensor& idx) {
 
 GPT2Impl::GPT2Impl(const GPT2Config& config) : config_(config) {
   validate(config_);
-  transformer = register_module("transformer", GPT2Model(config));
-
-  // GPT-2 initialisation from the global generator, so a torch::manual_seed before
-  // construction gives the same model on every rank.
-  at::NoGradGuard no_grad;
-  const double init_std = config.initializer_range;
-  const double proj_std = init_std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
-  transformer->wte->weight.normal_(0.0, init_std);
-  transformer->wpe->weight.normal_(0.0, init_std);
-  for (const auto& module : *transformer->h) {
-    auto* block = module->as<BlockImpl>();
-    block->ln_1->weight.fill_(1.0);
-    block->ln_1->bias.zero_();
-    block->attn->c_attn->weight.normal_(0.0, init_std);
-    block->attn->c_attn->bias.zero_();
-    block->attn->c_proj->weight.normal_(0.0, proj_std);
-    block->attn->c_proj->bias.zero_();
-    block->ln_2->weight.fill_(1.0);
-    block->ln_2->bias.zero_();
-    block->mlp->c_fc->weight.normal_(0.0, init_std);
-    block->mlp->c_fc->bias.zero_();
-    block->mlp->c_proj->weight.normal_(0.0, proj_std);
-    block->mlp->c_proj->bias.zero_();
-  }
-  transformer->ln_f->weight.fill_(1.0);
-  transformer->ln_f->bias.zero_();
+  transformer = register_module("transformer", GPT2Model(config));  // initialised there
 }
 
 at::Tensor GPT2Impl::forward(const at::Tensor& idx) {

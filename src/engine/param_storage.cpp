@@ -1,0 +1,57 @@
+#include "engine/param_storage.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/StorageImpl.h>
+
+#include "zero/error.h"
+
+namespace zero {
+
+void attach_storage(const at::Tensor& full, const at::Tensor& buffer) {
+  ZERO_INTERNAL_ASSERT(buffer.numel() >= full.numel() && buffer.scalar_type() == full.scalar_type(),
+                       "attach_storage: buffer of ", buffer.numel(), " ", buffer.scalar_type(),
+                       " for ", full.numel(), " ", full.scalar_type());
+  c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
+  auto* keep_alive = new at::Tensor(buffer);
+  storage->set_data_ptr_noswap(c10::DataPtr(
+      buffer.data_ptr(), keep_alive, [](void* ctx) { delete static_cast<at::Tensor*>(ctx); },
+      buffer.device()));
+  storage->set_nbytes(static_cast<size_t>(full.numel()) * full.element_size());
+}
+
+void detach_storage(const at::Tensor& full) {
+  c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, full.device()));
+  storage->set_nbytes(0);
+}
+
+PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at::ScalarType dtype,
+                                      Communicator& comm, bool keep_whole) {
+  ZERO_INTERNAL_ASSERT(!params.empty(), "partition_parameters: no parameters");
+  PartitionedGroup group;
+  int64_t numel = 0;
+  for (const at::Tensor& p : params) {
+    group.offsets.push_back(numel);
+    numel += p.numel();
+  }
+  group.layout = shard_layout(numel, comm.size(), kStage3Alignment);
+  at::NoGradGuard no_grad;
+  group.full = at::zeros({group.layout.padded_numel},
+                         at::TensorOptions().dtype(dtype).device(params.front().device()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    group.full.narrow(0, group.offsets[i], params[i].numel())
+        .copy_(params[i].detach().reshape({-1}));
+  }
+  comm.broadcast(group.full, 0);  // every rank starts from rank 0's values
+  const Range owned = group.layout.owned(comm.rank());
+  group.shard = group.full.narrow(0, owned.begin, owned.size()).clone();
+  for (size_t i = 0; i < params.size(); ++i) {
+    at::Tensor param = params[i];  // shares the TensorImpl: set_data changes the parameter
+    param.set_data(group.full.narrow(0, group.offsets[i], param.numel()).view(param.sizes()));
+  }
+  if (!keep_whole) detach_storage(group.full);
+  return group;
+}
+
+}  // namespace zero

@@ -1,0 +1,46 @@
+// Storage surgery for stage 3 (Note [Stage 3 units] in stage3_engine.cpp): a group's
+// parameters are views of one flat tensor whose storage is attached to a gathered buffer or
+// detached (0 bytes), and the partitioning that produces a group's shard.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "zero/comm.h"
+#include "zero/shard.h"
+
+namespace zero {
+
+// Every stage-3 shard starts on a multiple of this many elements (Note [Shard layout]).
+constexpr int64_t kStage3Alignment = 64;
+
+/// Points `full`'s storage at `buffer` (kept alive by the storage) with full's byte size.
+void attach_storage(const at::Tensor& full, const at::Tensor& buffer);
+/// Frees `full`'s storage (0 bytes); the views of it stay, unreadable until attached again.
+void detach_storage(const at::Tensor& full);
+
+struct PartitionedGroup {
+  ShardLayout layout;
+  std::vector<int64_t> offsets;  // each parameter's offset in the flat buffer
+  at::Tensor shard;              // this rank's shard (dtype), shard_numel elements
+  at::Tensor full;               // padded flat buffer; the parameters are views of it
+};
+
+/// Collective. Lays `params` out in one flat buffer of `dtype` (in order), broadcasts rank
+/// 0's values, keeps this rank's shard, and makes every parameter a view of the buffer. With
+/// `keep_whole` false the buffer's storage is then detached, freeing the full copy.
+PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at::ScalarType dtype,
+                                      Communicator& comm, bool keep_whole);
+
+/// A unit partitioned while the model was built (zero::ShardedInit), waiting for
+/// zero::initialize to adopt it.
+struct PrepartitionedUnit {
+  std::vector<at::Tensor> params;  // in the order of group.offsets
+  PartitionedGroup group;
+  at::ScalarType dtype;
+  int world = 1;
+  int64_t persistence_threshold = 0;
+};
+
+}  // namespace zero
