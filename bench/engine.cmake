@@ -1,3 +1,6 @@
 add_executable(bench_engine ${CMAKE_CURRENT_LIST_DIR}/bench_engine.cpp)
 target_link_libraries(bench_engine PRIVATE zero)
 target_compile_options(bench_engine PRIVATE ${ZERO_WARNINGS})
+add_executable(bench_stage3_memory ${CMAKE_CURRENT_LIST_DIR}/bench_stage3_memory.cpp)
+target_link_libraries(bench_stage3_memory PRIVATE zero)
+target_compile_options(bench_stage3_memory PRIVATE ${ZERO_WARNINGS})

@@ -29,6 +29,14 @@ if [ "${have_torch%%+*}" != "$TORCH_VERSION" ]; then
   echo "setup: installing torch==$TORCH_VERSION from PyPI (found: ${have_torch:-none})"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
+# The safetensors reference implementation, only for the test that reads our exported files
+# with it (tests/checkpoint/check_python_interop.py); that test skips without it.
+SAFETENSORS_VERSION=0.8.0
+if ! "$PYTHON" -c 'import safetensors' 2>/dev/null; then
+  echo "setup: installing safetensors==$SAFETENSORS_VERSION from PyPI (interop test)"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check "safetensors==$SAFETENSORS_VERSION" ||
+    echo "setup: safetensors not installed; its interop test will be skipped"
+fi
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
 
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
