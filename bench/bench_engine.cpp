@@ -4,8 +4,10 @@
 //                             [--dtype fp32|bf16] [--threads T] [--overlap 0|1]
 //                             [--stages 0123]
 //
-// Stage 3 runs three ways: gathering on demand on the main thread (overlap_comm false), on the
-// communication thread without prefetch (stage3_prefetch_bucket_size 0), and with prefetch.
+// Stage 3 runs four ways: gathering on demand on the main thread (overlap_comm false), on the
+// communication thread without prefetch (stage3_prefetch_bucket_size 0), with prefetch, and with
+// prefetch but nothing kept gathered between uses and at most 1e7 elements gathered ahead (the
+// memory-lean setting: 3Ψ per step).
 //
 // The engines of all configurations live side by side and their steps are interleaved
 // round-robin (stage 0, 1, 2, 0, 1, 2, ...), so drift in the shared machine's speed hits every
@@ -116,6 +118,9 @@ int main(int argc, char** argv) {
       variants.push_back({3, true, "stage 3 + overlap, no prefetch",
                           ", \"stage3_prefetch_bucket_size\": 0"});
       variants.push_back({3, true, "stage 3 + overlap + prefetch", ""});
+      variants.push_back({3, true, "stage 3 + prefetch, reuse distance 0, live 1e7",
+                          ", \"stage3_max_reuse_distance\": 0, "
+                          "\"stage3_max_live_parameters\": 1e7"});
     }
   }
   for (auto& v : variants) {
