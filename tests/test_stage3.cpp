@@ -8,6 +8,9 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adamw.h>
+#include <torch/version.h>
+
+#include <cmath>
 
 #include <unordered_set>
 
@@ -459,6 +462,33 @@ TEST(Stage3, ShardedInitMatchesPartitioningTheFinishedModel) {
   options.stage = 2;
   EXPECT_THROW(ShardedInit(parse_config(make_config_json(options), comm->size(), "s2"), comm),
                Error);
+}
+
+// A partitioned parameter read outside its unit fails with a message saying what to do (on
+// libtorch 2.x; 1.x has no way to make a storage throw).
+TEST(Stage3, ReadingAReleasedParameterThrows) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "libtorch 1.x cannot make a released storage throw";
+#else
+  auto comm = world();
+  RunOptions options;
+  options.stage = 3;
+  options.extra_zero_json = kPartitioned;
+  RunResult run = run_engine(tiny_gpt2_spec(), options, comm);
+  auto& gpt = dynamic_cast<gpt2::GPT2Impl&>(*run.model);
+  const at::Tensor weight = gpt.transformer->h[0]->as<gpt2::BlockImpl>()->attn->c_attn->weight;
+  try {
+    const double total = weight.sum().item<double>();
+    FAIL() << "read a released parameter: " << total;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("stage-3 unit 'transformer.h.0'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("zero::GatheredParameters"), std::string::npos)
+        << e.what();
+  }
+  GatheredParameters whole(*run.engine, {weight});
+  EXPECT_TRUE(std::isfinite(weight.sum().item<double>()));
+#endif
 }
 
 TEST(Stage3, ModelWithoutUnitsIsRejected) {

@@ -4,15 +4,45 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/StorageImpl.h>
 
+#include <optional>
+#include <string>
+#include <type_traits>
+
 #include "zero/error.h"
 
 namespace zero {
+namespace {
+
+// libtorch 2.x can make a storage throw (with our message) on any data access instead of
+// handing out a null pointer; 1.x cannot, and a released parameter read there is undefined.
+template <typename S, typename = void>
+struct CanThrowOnAccess : std::false_type {};
+template <typename S>
+struct CanThrowOnAccess<S, std::void_t<decltype(std::declval<S&>()
+                                                    .release_data_and_set_meta_custom_data_ptr_error_msg_(
+                                                        std::optional<std::string>()))>>
+    : std::true_type {};
+
+template <typename S>
+void throw_on_access(S& storage, const std::string& message) {
+  if constexpr (CanThrowOnAccess<S>::value) {
+    storage.release_data_and_set_meta_custom_data_ptr_error_msg_(message);
+  }
+}
+
+template <typename S>
+void allow_access(S& storage) {
+  if constexpr (CanThrowOnAccess<S>::value) storage.clear_data_ptr_access_error_msg_();
+}
+
+}  // namespace
 
 void attach_storage(const at::Tensor& full, const at::Tensor& buffer) {
   ZERO_INTERNAL_ASSERT(buffer.numel() >= full.numel() && buffer.scalar_type() == full.scalar_type(),
                        "attach_storage: buffer of ", buffer.numel(), " ", buffer.scalar_type(),
                        " for ", full.numel(), " ", full.scalar_type());
   c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
+  allow_access(*storage);
   auto* keep_alive = new at::Tensor(buffer);
   storage->set_data_ptr_noswap(c10::DataPtr(
       buffer.data_ptr(), keep_alive, [](void* ctx) { delete static_cast<at::Tensor*>(ctx); },
@@ -20,14 +50,19 @@ void attach_storage(const at::Tensor& full, const at::Tensor& buffer) {
   storage->set_nbytes(static_cast<size_t>(full.numel()) * full.element_size());
 }
 
-void detach_storage(const at::Tensor& full) {
+void detach_storage(const at::Tensor& full, const std::string& owner) {
   c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(c10::DataPtr(nullptr, full.device()));
   storage->set_nbytes(0);
+  throw_on_access(*storage, "zero: the parameters of stage-3 unit '" + owner +
+                                "' are partitioned and released outside the unit; use them " +
+                                "inside zero::run / zero::run_with of the unit, or hold a " +
+                                "zero::GatheredParameters (zero/unit.h)");
 }
 
 PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at::ScalarType dtype,
-                                      Communicator& comm, bool keep_whole) {
+                                      Communicator& comm, bool keep_whole,
+                                      const std::string& owner) {
   ZERO_INTERNAL_ASSERT(!params.empty(), "partition_parameters: no parameters");
   PartitionedGroup group;
   int64_t numel = 0;
@@ -50,7 +85,7 @@ PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at:
     at::Tensor param = params[i];  // shares the TensorImpl: set_data changes the parameter
     param.set_data(group.full.narrow(0, group.offsets[i], param.numel()).view(param.sizes()));
   }
-  if (!keep_whole) detach_storage(group.full);
+  if (!keep_whole) detach_storage(group.full, owner);
   return group;
 }
 

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
 #include <vector>
 
 #include "zero/comm.h"
@@ -17,8 +18,9 @@ constexpr int64_t kStage3Alignment = 64;
 
 /// Points `full`'s storage at `buffer` (kept alive by the storage) with full's byte size.
 void attach_storage(const at::Tensor& full, const at::Tensor& buffer);
-/// Frees `full`'s storage (0 bytes); the views of it stay, unreadable until attached again.
-void detach_storage(const at::Tensor& full);
+/// Frees `full`'s storage (0 bytes); the views of it stay, unreadable until attached again
+/// (with libtorch 2.x, reading one throws an error naming unit `owner`).
+void detach_storage(const at::Tensor& full, const std::string& owner);
 
 struct PartitionedGroup {
   ShardLayout layout;
@@ -31,7 +33,8 @@ struct PartitionedGroup {
 /// 0's values, keeps this rank's shard, and makes every parameter a view of the buffer. With
 /// `keep_whole` false the buffer's storage is then detached, freeing the full copy.
 PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at::ScalarType dtype,
-                                      Communicator& comm, bool keep_whole);
+                                      Communicator& comm, bool keep_whole,
+                                      const std::string& owner);
 
 /// A unit partitioned while the model was built (zero::ShardedInit), waiting for
 /// zero::initialize to adopt it.

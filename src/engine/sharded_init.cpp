@@ -82,7 +82,8 @@ void partition_declared_unit(torch::nn::Module& module) {
   unit->dtype = state->config.param_dtype;
   unit->world = state->comm->size();
   unit->persistence_threshold = threshold;
-  unit->group = partition_parameters(params, unit->dtype, *state->comm, /*keep_whole=*/false);
+  unit->group = partition_parameters(params, unit->dtype, *state->comm, /*keep_whole=*/false,
+                                     module.name());
   store_prepartitioned(module, std::move(unit));
 }
 

@@ -441,7 +441,8 @@ void Stage3Engine::partition() {
       units_[group.unit].prepartitioned.reset();
     } else {
       counted([&] {
-        partitioned = partition_parameters(members, param_dtype_, *comm_, group.persistent);
+        partitioned =
+            partition_parameters(members, param_dtype_, *comm_, group.persistent, group.name);
       });
     }
     ZERO_INTERNAL_ASSERT(partitioned.layout.padded_numel == group.layout.padded_numel,
@@ -499,7 +500,7 @@ void Stage3Engine::release(int g) {
   Group& group = groups_[g];
   if (group.persistent || group.state == GroupState::kReleased) return;
   wait_gathered(g);  // the buffer may not go back to the pool while the gather writes it
-  detach_storage(group.full);
+  detach_storage(group.full, group.name);
   gather_pool_.put(std::move(group.gathered));
   group.gathered = at::Tensor();
   group.state = GroupState::kReleased;
