@@ -148,15 +148,31 @@ std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& de
   return decoder.decode(std::vector<int64_t>(ids.begin() + 1, ids.end()));
 }
 
-// Model-state bytes per parameter the ZeRO paper predicts for this stage and precision.
+// Bytes per element of the gradients the engine keeps: the full buffer in the parameter dtype
+// at stages 0 and 1; at stages 2 and 3 the owned shard, in fp32 when gradients accumulate over
+// micro-steps or are communicated in fp32, else in the communication dtype.
+int64_t grad_bytes_per_element(const zero::Config& c) {
+  if (c.zero_optimization.stage < 2) return c10::elementSize(c.param_dtype);
+  if (c.gradient_accumulation_steps > 1 || c.communication_dtype == at::kFloat) return 4;
+  return c10::elementSize(c.communication_dtype);
+}
+
+// Model-state bytes per parameter the ZeRO paper predicts for this stage and precision, with
+// Adam: parameters, gradients (grad_bytes_per_element), fp32 master weights (none when the
+// parameters are fp32: they serve) and fp32 m and v. 16-bit, 16-bit gradients: 16 / 4 + 12/N /
+// 2 + 14/N / 16/N for stages 0 / 1 / 2 / 3; fp32: 16 / 8 + 8/N / 4 + 12/N / 16/N.
 double zero_formula_bytes_per_param(const zero::Config& c, int world) {
   const int stage = c.zero_optimization.stage;
   const double n = world;
-  if (c.param_dtype != at::kFloat) {
-    return stage == 0 ? 16 : stage == 1 ? 4 + 12 / n : 2 + 14 / n;
+  const double param = static_cast<double>(c10::elementSize(c.param_dtype));
+  const double grad = static_cast<double>(grad_bytes_per_element(c));
+  const double master_and_adam = c.param_dtype == at::kFloat ? 8 : 12;
+  switch (stage) {
+    case 0: return param + grad + master_and_adam;
+    case 1: return param + grad + master_and_adam / n;
+    case 2: return param + (grad + master_and_adam) / n;
+    default: return (param + grad + master_and_adam) / n;  // stage 3: everything partitioned
   }
-  // fp32 parameters double as master weights: 4 param + 4 grad + 8 Adam state.
-  return stage == 0 ? 16 : stage == 1 ? 8 + 8 / n : 4 + 12 / n;
 }
 
 int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
@@ -208,13 +224,25 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
            << "_{train,val}.bin (" << in.train->size() << " / " << in.val->size() << " tokens)";
       progress.message(head.str());
     }
+    const int stage = config.zero_optimization.stage;
+    // A forward pass at stage 3 gathers each unit's parameters, a collective: every rank must
+    // run it, so every rank samples (the same tokens; rank 0 prints them). At stages 0-2 the
+    // parameters are whole and rank 0 samples alone.
+    auto sample = [&](uint64_t seed) -> std::string {
+      if (rank != 0 && stage != 3) return {};
+      return sample_text(*model, *in.decoder, o.sample_tokens, seq, seed);
+    };
     std::vector<StepRecord> records;
     const auto start = std::chrono::steady_clock::now();
     double last_val = -1;
+    // Bytes the training steps move (reduce-scatter, all-gather), counted around the steps
+    // only: at stage 3 evaluation and sampling gather parameters too, and are counted apart.
+    int64_t train_rs_bytes = 0, train_ag_bytes = 0;
     const zero::CommStats comm_before = engine->communication();
     for (int64_t step = 0; step < o.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       const int64_t skipped_before = engine->skipped_steps();
+      const zero::CommStats step_before = engine->communication();
       double loss_sum = 0;
       for (int micro = 0; micro < gas; ++micro) {
         auto [x, y] = train_sampler->batch(step, micro);
@@ -223,6 +251,9 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         engine->backward(loss);
         engine->step();
       }
+      const zero::CommStats step_after = engine->communication();
+      train_rs_bytes += step_after.reduce_scatter.bytes - step_before.reduce_scatter.bytes;
+      train_ag_bytes += step_after.all_gather.bytes - step_before.all_gather.bytes;
       StepRecord r;
       r.step = step + 1;
       r.loss = all_mean(*comm, loss_sum / gas);
@@ -237,6 +268,10 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
         r.val_loss = last_val = evaluate(*model, *val_batches, *comm);
       }
+      std::optional<std::string> sampled;
+      if (o.sample_every > 0 && (step + 1) % o.sample_every == 0 && !last) {
+        sampled = sample(config.seed + step);
+      }
       records.push_back(r);
       if (rank == 0) {
         csv->append(r);
@@ -249,9 +284,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                         static_cast<long long>(r.step), r.val_loss);
           progress.message(line);
         }
-        if (o.sample_every > 0 && (step + 1) % o.sample_every == 0 && !last) {
-          progress.message("sample: " + sample_text(*model, *in.decoder, o.sample_tokens, seq, config.seed + step));
-        }
+        if (sampled) progress.message("sample: " + *sampled);
       }
     }
     const double seconds =
@@ -260,53 +293,103 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
 
     // Per-rank figures for the summary, gathered to every rank.
     const zero::ModelStateBytes bytes = engine->model_state_bytes();
+    constexpr int kFigures = 4;
     at::Tensor mine = at::tensor({static_cast<double>(bytes.total()),
-                                  static_cast<double>(peak_rss_bytes())}, at::kDouble);
-    at::Tensor all = at::empty({2 * world}, at::kDouble);
+                                  static_cast<double>(peak_rss_bytes()),
+                                  static_cast<double>(bytes.gathered_peak),
+                                  static_cast<double>(bytes.params - bytes.grads /
+                                      grad_bytes_per_element(config) *
+                                      static_cast<int64_t>(c10::elementSize(config.param_dtype)))},
+                                 at::kDouble);
+    at::Tensor all = at::empty({kFigures * world}, at::kDouble);
     comm->all_gather(mine, all);
+    auto figure = [&](int r, int k) { return all[kFigures * r + k].item<double>(); };
     const zero::CommStats comm_after = engine->communication();
-    const double moved = static_cast<double>(
+    const double moved = static_cast<double>(train_rs_bytes + train_ag_bytes);
+    const double other_moved = static_cast<double>(
         (comm_after.reduce_scatter.bytes - comm_before.reduce_scatter.bytes) +
-        (comm_after.all_gather.bytes - comm_before.all_gather.bytes));
+        (comm_after.all_gather.bytes - comm_before.all_gather.bytes)) - moved;
+    // Collective at stage 3 (see `sample`), so before the summary that only rank 0 prints.
+    const std::string final_sample = sample(config.seed);
     if (rank == 0) {
       const zero::ShardLayout layout = zero::shard_layout(engine->num_parameters(), world, 64);
       const double p = static_cast<double>(layout.padded_numel);
       const int64_t comm_elem = c10::elementSize(config.communication_dtype);
       const int64_t param_elem = c10::elementSize(config.param_dtype);
       const double other = static_cast<double>(layout.padded_numel - layout.shard_numel);
-      const int stage = config.zero_optimization.stage;
       // Ring volume per optimizer step (Note [Counting communicated bytes]): stage 0 all-reduces
       // (RS + AG of gradients), stages 1/2 reduce-scatter gradients (stage 2 on every
-      // micro-step) and all-gather parameters.
-      const double theory = stage == 0 ? 2 * other * comm_elem
-                            : stage == 1 ? other * (comm_elem + param_elem)
-                                         : other * (gas * comm_elem + param_elem);
+      // micro-step) and all-gather parameters. Stage 3, per micro-step, all-gathers every
+      // partitioned unit for its forward and again for its backward and reduce-scatters its
+      // gradients: 3 x (N-1)/N of each element (persistent parameters move 2x: reduce-scatter,
+      // then all-gather after the step). Measured all-gathers differ both ways: a unit used
+      // again within stage3_max_reuse_distance stays gathered from forward to backward (with
+      // the default, every unit), while the first micro-step, before the prefetch trace
+      // exists, releases after every use and gathers wte (embedding and tied LM head) again.
+      const double rs_theory = stage == 0 ? other * comm_elem
+                               : stage == 1 ? other * comm_elem
+                                            : other * gas * comm_elem;
+      const double ag_theory = stage == 0 ? other * comm_elem
+                               : stage == 3 ? other * 2 * gas * param_elem
+                                            : other * param_elem;
+      const double theory = rs_theory + ag_theory;
       std::vector<zero::train::SummaryRow> rows;
       rows.push_back({"", "measured", "expected"});
+      const double formula = zero_formula_bytes_per_param(config, world);
       for (int r = 0; r < world; ++r) {
-        const double measured = all[2 * r].item<double>();
         char expected[96];
         std::snprintf(expected, sizeof(expected), "%s (ZeRO-%d: %.2f B/param x %.2fM)",
-                      zero::train::human_bytes(zero_formula_bytes_per_param(config, world) * p).c_str(),
-                      stage, zero_formula_bytes_per_param(config, world), p / 1e6);
+                      zero::train::human_bytes(formula * p).c_str(), stage, formula, p / 1e6);
         rows.push_back({"model state, rank " + std::to_string(r),
-                        zero::train::human_bytes(measured), expected});
+                        zero::train::human_bytes(figure(r, 0)), expected});
+      }
+      if (stage == 3) {
+        // What the formula leaves out: the persistent parameters (whole on every rank, in the
+        // model state above) and the partitioned ones gathered for running units (not in it).
+        char persistent[128];
+        std::snprintf(persistent, sizeof(persistent),
+                      "in the model state (stage3_param_persistence_threshold %lld; "
+                      "params outside units)",
+                      static_cast<long long>(
+                          config.zero_optimization.stage3_param_persistence_threshold));
+        rows.push_back({"  whole (persistent) params, rank 0",
+                        zero::train::human_bytes(figure(0, 3)), persistent});
+        double gathered_peak = 0;
+        for (int r = 0; r < world; ++r) gathered_peak = std::max(gathered_peak, figure(r, 2));
+        char whole[128];
+        std::snprintf(whole, sizeof(whole), "of %s whole (%.0f%%); not in the model state",
+                      zero::train::human_bytes(p * param_elem).c_str(),
+                      100 * gathered_peak / (p * param_elem));
+        rows.push_back({"  gathered params, peak", zero::train::human_bytes(gathered_peak), whole});
       }
       {
         // What plain data parallelism would hold per rank: 16 bytes per parameter with 16-bit
         // parameters and Adam (params, grads, fp32 master, m, v), 16 with fp32 too.
-        const double measured = all[0].item<double>();
+        const double measured = figure(0, 0);
         const double dp = 16 * p;
         char saved[96];
         std::snprintf(saved, sizeof(saved), "%s per rank without ZeRO (16 B/param): %.0f%% saved",
                       zero::train::human_bytes(dp).c_str(), 100 * (1 - measured / dp));
         rows.push_back({"vs plain data parallel", "", saved});
       }
-      rows.push_back({"communicated per step", zero::train::human_bytes(world > 1 ? moved / o.steps : 0),
-                       zero::train::human_bytes(world > 1 ? theory : 0) + " (ring volume)"});
+      if (stage == 3) {
+        rows.push_back({"communicated per step", zero::train::human_bytes(moved / o.steps),
+                        zero::train::human_bytes(theory) + " (ring volume, 3 x Psi)"});
+        rows.push_back({"  reduce-scatter", zero::train::human_bytes(static_cast<double>(train_rs_bytes) / o.steps),
+                        zero::train::human_bytes(rs_theory) +
+                            " (gradients, once per micro-step)"});
+        rows.push_back({"  all-gather", zero::train::human_bytes(static_cast<double>(train_ag_bytes) / o.steps),
+                        zero::train::human_bytes(ag_theory) +
+                            " (forward + backward; less when reused soon, more while tracing)"});
+        rows.push_back({"  evaluation and sampling, all steps", zero::train::human_bytes(other_moved),
+                        "(their forwards gather too; not in the per-step figures)"});
+      } else {
+        rows.push_back({"communicated per step", zero::train::human_bytes(moved / o.steps),
+                        zero::train::human_bytes(theory) + " (ring volume)"});
+      }
       for (int r = 0; r < world; ++r) {
         rows.push_back({"peak RSS, rank " + std::to_string(r),
-                        zero::train::human_bytes(all[2 * r + 1].item<double>()), ""});
+                        zero::train::human_bytes(figure(r, 1)), ""});
       }
       char rate[64];
       std::snprintf(rate, sizeof(rate), "%.0f", config.train_batch_size * seq * o.steps / seconds);
@@ -324,8 +407,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       zero::train::write_loss_svg(o.out + "/loss.svg", records,
                                   "zero-train " + o.model + ", ZeRO stage " + std::to_string(stage) +
                                       ", " + std::to_string(world) + " rank(s)");
-      std::printf("\nsample: %s\n",
-                  sample_text(*model, *in.decoder, o.sample_tokens, seq, config.seed).c_str());
+      std::printf("\nsample: %s\n", final_sample.c_str());
       std::printf("\nrun directory: %s (config.json, metrics.csv, loss.svg)\n", o.out.c_str());
       std::fflush(stdout);
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end: zero-train on 2 ranks for a few steps with the given config; exits 0, loss
-# decreases, the CSV and the plot exist, and the summary's memory figures equal the formula.
+# decreases, the CSV and the plot exist, samples are printed (mid-run and at the end: at stage 3
+# sampling is a collective forward), and the summary's memory figures equal the formula.
 #   check_train.sh ZERO_TRAIN ZERO_RUN CONFIG OUT_DIR STEPS [--expect-formula | --runs-only]
 # --runs-only: the run must succeed and write its outputs; the loss is not required to fall
 # (for configs with tiny learning rates, like DeepSpeed's example).
@@ -11,7 +12,8 @@ rm -rf "$out"
 log="$out.log"
 cd "$repo"
 timeout 600 "$zero_run" -n 2 -- "$zero_train" --config "$config" --model gpt2-tiny \
-  --steps "$steps" --eval-every 10 --eval-batches 2 --seq-len 64 --out "$out" >"$log" 2>&1 || {
+  --steps "$steps" --eval-every 10 --eval-batches 2 --seq-len 64 --sample-every 10 \
+  --sample-tokens 16 --out "$out" >"$log" 2>&1 || {
   echo "zero-train failed:"; cat "$log"; exit 1; }
 cat "$log"
 fail() { echo "CHECK FAILED: $*"; exit 1; }
@@ -27,7 +29,9 @@ if [ "$expect_formula" != "--runs-only" ]; then
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "loss did not decrease: $first -> $last"
 fi
 grep -q "^summary" "$log" || fail "no summary"
-grep -q "^sample: " "$log" || fail "no sample"
+samples=$(grep -c "^sample: " "$log" || true)
+expected_samples=$(( (steps - 1) / 10 + 1 ))  # every 10 steps but the last, and at the end
+[ "$samples" -eq "$expected_samples" ] || fail "$samples samples printed, expected $expected_samples"
 if [ "$expect_formula" = "--expect-formula" ]; then
   # "model state, rank R  MEASURED  EXPECTED (ZeRO-S: ...)": measured equals the formula.
   for r in 0 1; do
@@ -36,5 +40,12 @@ if [ "$expect_formula" = "--expect-formula" ]; then
     expected=$(echo "$line" | sed -E 's/.* ([0-9.]+ [KMGT]?i?B) \(ZeRO-.*/\1/')
     [ "$measured" = "$expected" ] || fail "rank $r model state $measured != formula $expected"
   done
+  if grep -q "(ZeRO-3:" "$log"; then
+    # Stage 3: units were really partitioned (something was gathered), and the
+    # communication breakdown is there.
+    line=$(grep "gathered params, peak" "$log") || fail "no gathered-params line at stage 3"
+    echo "$line" | grep -Eq "peak +0 B " && fail "nothing gathered at stage 3: $line"
+    grep -q "  all-gather " "$log" || fail "no all-gather line at stage 3"
+  fi
 fi
 echo "OK"
