@@ -1,6 +1,7 @@
 #include "zero/safetensors.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,12 +35,23 @@ struct DtypeName {
   const char* name;
 };
 
+// libtorch gained unsigned 16-64-bit types in 2.3 and float8 in 2.1; older builds (Debian's
+// 1.13) read and write the rest.
+#define ZERO_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||        \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 constexpr DtypeName kDtypes[] = {
-    {at::kBool, "BOOL"},       {at::kByte, "U8"},          {at::kChar, "I8"},
-    {at::kShort, "I16"},       {at::kUInt16, "U16"},       {at::kInt, "I32"},
-    {at::kUInt32, "U32"},      {at::kLong, "I64"},         {at::kUInt64, "U64"},
-    {at::kHalf, "F16"},        {at::kBFloat16, "BF16"},    {at::kFloat, "F32"},
-    {at::kDouble, "F64"},      {at::kFloat8_e5m2, "F8_E5M2"}, {at::kFloat8_e4m3fn, "F8_E4M3"},
+    {at::kBool, "BOOL"},   {at::kByte, "U8"},      {at::kChar, "I8"},
+    {at::kShort, "I16"},   {at::kInt, "I32"},      {at::kLong, "I64"},
+    {at::kHalf, "F16"},    {at::kBFloat16, "BF16"}, {at::kFloat, "F32"},
+    {at::kDouble, "F64"},
+#if ZERO_TORCH_AT_LEAST(2, 1)
+    {at::kFloat8_e5m2, "F8_E5M2"}, {at::kFloat8_e4m3fn, "F8_E4M3"},
+#endif
+#if ZERO_TORCH_AT_LEAST(2, 3)
+    {at::kUInt16, "U16"},  {at::kUInt32, "U32"},   {at::kUInt64, "U64"},
+#endif
 };
 
 bool dtype_from_name(const std::string& name, at::ScalarType* dtype) {
