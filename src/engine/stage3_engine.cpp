@@ -229,6 +229,11 @@ Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Confi
   const auto& zc = config_.zero_optimization;
   ZERO_CHECK(zc.reduce_scatter, config_.source, ": zero_optimization.reduce_scatter = false is ",
              "not supported at stage 3 (gradients are always reduce-scattered); allowed: true");
+  ZERO_CHECK(zc.contiguous_gradients, config_.source, ": zero_optimization.contiguous_gradients ",
+             "= false is not supported at stage 3 (each unit's gradients are always copied into ",
+             "one buffer and reduce-scattered together); allowed: true");
+  // reduce_bucket_size and allgather_bucket_size do not apply: stage 3 communicates per unit
+  // (docs/config.md).
   prefetch_enabled_ = zc.overlap_comm && zc.stage3_prefetch_bucket_size > 0;
   collect_parameters();
   check_ranks_agree(describe_parameters());
