@@ -42,4 +42,9 @@ if(TARGET zero-train)
                    ${CMAKE_CURRENT_BINARY_DIR}/train/run-interrupt)
   set_tests_properties(zero_train_deepspeed_example zero_train_bad_inputs zero_train_interrupt
                        PROPERTIES TIMEOUT 900)
+  # The DeepSpeed example trains in fp16, and libtorch 1.x (Debian's libtorch-dev) has no fp16
+  # CPU kernels for LayerNorm or matmul: reported as disabled there rather than failing.
+  if(Torch_VERSION VERSION_LESS 2.0)
+    set_tests_properties(zero_train_deepspeed_example PROPERTIES DISABLED TRUE)
+  endif()
 endif()
