@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what zero needs and is missing, then configures the build directory. Idempotent:
 # a second run installs nothing and only re-runs cmake's configure step if needed.
-#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, GoogleTest.
+#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, GoogleTest.
 #   PyPI: torch (pinned below), whose wheel carries libtorch and its CMake config.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ TORCH_VERSION="${ZERO_TORCH_VERSION:-2.15.0}"
 BUILD_DIR="${ZERO_BUILD_DIR:-build}"
 PYTHON="${PYTHON:-python3}"
 
-apt_packages=(g++ cmake ninja-build libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
+apt_packages=(g++ cmake ninja-build libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev zlib1g-dev
               libgtest-dev)
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -80,6 +80,21 @@ class Engine {
   /// Bytes communicated by this rank since initialize(), by collective.
   virtual CommStats communication() const = 0;
 
+  /// Collective. Writes a sharded checkpoint to `dir`/`tag` (tag "": "global_step<N>", N the
+  /// boundaries taken): each rank writes the fp32 master weights and optimizer state it owns
+  /// (and, at stage 3, its 16-bit shard), keyed by parameter name and element range, and rank
+  /// 0 the metadata (zero/checkpoint.h, Note [Checkpoint format]). Atomic: the checkpoint
+  /// appears, and `dir`/latest names it, only once every rank has finished. `client_state`
+  /// is any JSON text, returned by load_checkpoint. Call it between optimizer steps (at an
+  /// accumulation boundary). Returns the tag.
+  virtual std::string save_checkpoint(const std::string& dir, const std::string& tag = "",
+                                      const std::string& client_state = "{}") = 0;
+  /// Collective. Loads `dir`/`tag` (tag "": the one `dir`/latest names), saved at any world
+  /// size and any stage, into this engine: parameters, master weights, optimizer state,
+  /// step counters, loss scale, learning rate. Every file is verified first; on any error
+  /// every rank throws and the engine is unchanged. Returns the saved client state.
+  virtual std::string load_checkpoint(const std::string& dir, const std::string& tag = "") = 0;
+
   virtual const Config& config() const = 0;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;

@@ -70,6 +70,16 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   int64_t num_parameters() const override { return layout_.numel; }
   void on_gradient_ready(int slot) override;
 
+  std::vector<CheckpointParameter> checkpoint_parameters() const override;
+  std::vector<StateSegment> segments_to_save() const override {
+    return segments_within(layout_.owned(rank_));  // stage 0 too: each rank writes 1/N
+  }
+  std::vector<StateSegment> segments_to_load() const override {
+    return segments_within(update_range_);
+  }
+  at::Tensor master_state() override { return master_; }
+  void finish_load() override;
+
   // Parameters are always whole here: pinning is free and only write-back communicates.
   void pin(const std::vector<at::Tensor>& /*params*/) override {}
   void unpin(const std::vector<at::Tensor>& params, int modifier_rank) override;
@@ -88,6 +98,8 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
 
   void collect_parameters();
   std::string describe_parameters() const;
+  // The parts of the parameters inside `range` of the flat buffer, as offsets into master_.
+  std::vector<StateSegment> segments_within(Range range) const;
   void build_buckets();
   void allocate_state();
   void launch_ready_buckets();
@@ -390,6 +402,36 @@ void FlatEngine::apply_update(double grad_multiplier) {
   }
   optimizer_->step(master_, grad, grad_multiplier, param_out, lr_);
   if (stage_ > 0) all_gather_parameters();
+}
+
+std::vector<CheckpointParameter> FlatEngine::checkpoint_parameters() const {
+  std::vector<CheckpointParameter> result;
+  for (const auto& slot : slots_) {
+    result.push_back({slot.name, slot.param.sizes().vec(), slot.numel});
+  }
+  return result;
+}
+
+std::vector<StateSegment> FlatEngine::segments_within(Range range) const {
+  std::vector<StateSegment> segments;
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    const ParamSlot& slot = slots_[i];
+    const Range part = intersect(Range{slot.offset, slot.offset + slot.numel}, range);
+    if (part.empty()) continue;
+    segments.push_back({i, part.begin - slot.offset, part.end - slot.offset,
+                        part.begin - update_range_.begin});
+  }
+  return segments;
+}
+
+void FlatEngine::finish_load() {
+  at::NoGradGuard no_grad;
+  // The 16-bit copy is the master weights rounded, exactly as the optimizer writes it.
+  if (param_dtype_ != at::kFloat) {
+    params_flat_.narrow(0, update_range_.begin, update_range_.size()).copy_(master_);
+  }
+  if (stage_ > 0) all_gather_parameters();
+  zero_gradients();
 }
 
 void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank) {

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "checkpoint/checkpoint.h"
 #include "engine/fingerprint.h"
 #include "zero/error.h"
 
@@ -115,6 +116,50 @@ void EngineCore::shutdown() noexcept {
     std::lock_guard<std::mutex> lock(hook_target_->mutex);
     hook_target_->engine = nullptr;
   }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> EngineCore::optimizer_state() {
+  std::vector<std::pair<std::string, at::Tensor>> state;
+  if (optimizer_->first_moment().defined()) state.emplace_back("exp_avg", optimizer_->first_moment());
+  if (optimizer_->second_moment().defined()) {
+    state.emplace_back("exp_avg_sq", optimizer_->second_moment());
+  }
+  return state;
+}
+
+TrainingCounters EngineCore::counters() const {
+  TrainingCounters c;
+  c.global_steps = global_steps_;
+  c.skipped_steps = skipped_steps_;
+  c.micro_steps = micro_steps_;
+  c.optimizer_steps = optimizer_->step_count();
+  c.lr = lr_;
+  c.scaler = scaler_.state();
+  return c;
+}
+
+void EngineCore::restore_counters(const TrainingCounters& c) {
+  global_steps_ = c.global_steps;
+  skipped_steps_ = c.skipped_steps;
+  micro_steps_ = c.micro_steps;
+  optimizer_->set_step_count(c.optimizer_steps);
+  lr_ = c.lr;
+  scaler_.restore(c.scaler);
+  global_grad_norm_ = -1.0;
+  window_ = BoundaryRecord{};
+}
+
+std::string EngineCore::save_checkpoint(const std::string& dir, const std::string& tag,
+                                        const std::string& client_state) {
+  ZERO_CHECK(!in_backward_, "save_checkpoint during backward");
+  queue_->wait();
+  return zero::save_checkpoint(*this, dir, tag, client_state);
+}
+
+std::string EngineCore::load_checkpoint(const std::string& dir, const std::string& tag) {
+  ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
+  queue_->wait();
+  return zero::load_checkpoint(*this, dir, tag);
 }
 
 void EngineCore::set_learning_rate(double lr) {

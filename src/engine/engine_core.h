@@ -31,6 +31,33 @@ double sum_of_squares(const at::Tensor& tensor);
 
 class EngineCore;
 
+// ---- what a checkpoint needs from an engine (src/checkpoint/checkpoint.cpp) ----
+
+/// Elements [begin, end) of trainable parameter `param` (flattened, in the engine's parameter
+/// list), stored at [offset, offset + end - begin) of the engine's shard-space tensors.
+struct StateSegment {
+  int param = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t offset = 0;
+};
+
+struct CheckpointParameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+};
+
+/// The scalars of training progress.
+struct TrainingCounters {
+  int64_t global_steps = 0;
+  int64_t skipped_steps = 0;
+  int64_t micro_steps = 0;
+  int64_t optimizer_steps = 0;
+  double lr = 0;
+  LossScaler::State scaler;
+};
+
 // Autograd hooks hold this, not the engine, and test `engine` under the mutex, so a hook that
 // fires after the engine is gone is a no-op rather than a use-after-free.
 struct HookTarget {
@@ -64,6 +91,32 @@ class EngineCore : public Engine {
   /// Called by the AccumulateGrad post hook of trainable parameter `index` (see
   /// register_gradient_hooks), after its gradient has been accumulated into .grad.
   virtual void on_gradient_ready(int index) = 0;
+
+  std::string save_checkpoint(const std::string& dir, const std::string& tag,
+                              const std::string& client_state) final;
+  std::string load_checkpoint(const std::string& dir, const std::string& tag) final;
+
+  // ---- checkpoint access (Note [Checkpoint format] in src/checkpoint/checkpoint.cpp) ----
+  /// The trainable parameters, shared ones once, in the order StateSegment::param indexes.
+  virtual std::vector<CheckpointParameter> checkpoint_parameters() const = 0;
+  /// What this rank writes: every element of every parameter is written by exactly one rank.
+  virtual std::vector<StateSegment> segments_to_save() const = 0;
+  /// What this rank's state covers and a load must fill (stage 0: everything).
+  virtual std::vector<StateSegment> segments_to_load() const = 0;
+  /// fp32 master weights over the shard space (the parameters themselves when fp32).
+  virtual at::Tensor master_state() = 0;
+  /// Stage 3 with 16-bit parameters: the owned 16-bit shard over the shard space (saved for
+  /// readers; a load rounds it from the master weights). Undefined otherwise.
+  virtual at::Tensor param_shard_state() { return at::Tensor(); }
+  /// After the master weights and optimizer state were loaded: round the parameters from
+  /// them and make whole again what must be whole (collective).
+  virtual void finish_load() = 0;
+  /// The optimizer state over the shard space, by name ("exp_avg", "exp_avg_sq").
+  std::vector<std::pair<std::string, at::Tensor>> optimizer_state();
+  TrainingCounters counters() const;
+  void restore_counters(const TrainingCounters& counters);
+  Communicator& communicator() { return *comm_; }
+  at::ScalarType param_dtype() const { return param_dtype_; }
 
  protected:
   // ---- what a stage provides ----

@@ -25,22 +25,20 @@ std::string clip(const std::string& line) {
 
 }  // namespace
 
-void check_ranks_agree_on(Communicator& comm, const std::string& description) {
+std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text) {
   const int world = comm.size();
-  if (world == 1) return;
-  // Exchange lengths, then the texts themselves (every rank gets every description, so every
-  // rank can build the same message and fail together).
-  at::Tensor length = at::full({1}, static_cast<int64_t>(description.size()), at::kLong);
+  if (world == 1) return {text};
+  // Exchange lengths, then the texts themselves.
+  at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
   at::Tensor lengths = at::empty({world}, at::kLong);
   comm.all_gather(length, lengths);
   std::vector<int64_t> counts(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + world);
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  at::Tensor mine = at::empty({static_cast<int64_t>(description.size())}, at::kByte);
-  if (!description.empty()) std::memcpy(mine.data_ptr(), description.data(), description.size());
+  at::Tensor mine = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
+  if (!text.empty()) std::memcpy(mine.data_ptr(), text.data(), text.size());
   at::Tensor all = at::empty({total}, at::kByte);
   comm.all_gather(mine, all, counts);
-
   const char* base = reinterpret_cast<const char*>(all.data_ptr());
   std::vector<std::string> texts;
   int64_t offset = 0;
@@ -48,6 +46,15 @@ void check_ranks_agree_on(Communicator& comm, const std::string& description) {
     texts.emplace_back(base + offset, base + offset + c);
     offset += c;
   }
+  return texts;
+}
+
+void check_ranks_agree_on(Communicator& comm, const std::string& description) {
+  const int world = comm.size();
+  if (world == 1) return;
+  // Every rank gets every description, so every rank can build the same message and fail
+  // together.
+  const std::vector<std::string> texts = all_gather_texts(comm, description);
   for (int r = 1; r < world; ++r) {
     if (texts[r] == texts[0]) continue;
     const auto reference = split_lines(texts[0]);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "zero/comm.h"
 
@@ -12,5 +13,8 @@ namespace zero {
 /// zero::Error on every rank naming the first rank that differs from rank 0 and the first
 /// differing line of each.
 void check_ranks_agree_on(Communicator& comm, const std::string& description);
+
+/// Collective: every rank's `text`, in rank order, on every rank.
+std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text);
 
 }  // namespace zero

@@ -23,6 +23,21 @@ class LossScaler {
   /// A static scale never changes.
   void update(bool overflow);
 
+  /// What changes as training goes (for checkpoints); the configuration is not included.
+  struct State {
+    double scale = 1.0;
+    int current_hysteresis = 1;
+    int64_t iteration = 0;
+    int64_t last_overflow_iteration = -1;
+  };
+  State state() const { return {scale_, current_hysteresis_, iteration_, last_overflow_iteration_}; }
+  void restore(const State& state) {
+    scale_ = state.scale;
+    current_hysteresis_ = state.current_hysteresis;
+    iteration_ = state.iteration;
+    last_overflow_iteration_ = state.last_overflow_iteration;
+  }
+
  private:
   bool dynamic_ = false;
   double scale_ = 1.0;

@@ -168,6 +168,15 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void visit_full_parameters(
       const std::function<void(const std::string&, const at::Tensor&)>& visit) override;
 
+  std::vector<CheckpointParameter> checkpoint_parameters() const override;
+  std::vector<StateSegment> segments_to_save() const override;
+  std::vector<StateSegment> segments_to_load() const override { return segments_to_save(); }
+  at::Tensor master_state() override { return master_; }
+  at::Tensor param_shard_state() override {
+    return param_dtype_ == at::kFloat ? at::Tensor() : param_shard_;
+  }
+  void finish_load() override;
+
  private:
   void begin_backward() override;
   void finish_backward() override;
@@ -792,6 +801,45 @@ void Stage3Engine::gather_persistent() {
 }
 
 void Stage3Engine::zero_gradients() { grad_shard_.zero_(); }
+
+// ---- checkpoints ------------------------------------------------------------------------
+
+std::vector<CheckpointParameter> Stage3Engine::checkpoint_parameters() const {
+  std::vector<CheckpointParameter> result;
+  for (const auto& p : params_) result.push_back({p.name, p.param.sizes().vec(), p.numel});
+  return result;
+}
+
+std::vector<StateSegment> Stage3Engine::segments_to_save() const {
+  std::vector<StateSegment> segments;
+  for (const auto& group : groups_) {
+    const Range owned = group.layout.owned(rank_);
+    for (int i : group.params) {
+      const Param3& p = params_[i];
+      const Range part = intersect(Range{p.offset, p.offset + p.numel}, owned);
+      if (part.empty()) continue;
+      segments.push_back({i, part.begin - p.offset, part.end - p.offset,
+                          group.shard_offset + part.begin - owned.begin});
+    }
+  }
+  return segments;
+}
+
+void Stage3Engine::finish_load() {
+  at::NoGradGuard no_grad;
+  ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
+  queue_->wait();
+  // The 16-bit shard is the master weights rounded, exactly as the optimizer writes it; the
+  // gathered copies are stale, so everything is released and re-gathered on use.
+  if (param_dtype_ != at::kFloat) param_shard_.copy_(master_);
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    ZERO_CHECK(groups_[g].pins == 0, "load_checkpoint while a zero::GatheredParameters holds unit '",
+               groups_[g].name, "'");
+    release(g);
+  }
+  gather_persistent();
+  zero_gradients();
+}
 
 // ---- access outside forward (zero::GatheredParameters, state dicts) ---------------------
 

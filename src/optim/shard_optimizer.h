@@ -25,6 +25,8 @@ class ShardOptimizer {
             const at::Tensor& param_out, double lr);
 
   int64_t step_count() const { return step_count_; }
+  /// For checkpoints: the steps taken so far (Adam's bias correction, SGD's first step).
+  void set_step_count(int64_t steps) { step_count_ = steps; }
   /// Bytes of optimizer state (Adam: m and v; SGD with momentum: the momentum buffer).
   int64_t state_bytes() const;
   /// The state tensors, for inspection and checkpoints: Adam {exp_avg, exp_avg_sq},

@@ -1,0 +1,466 @@
+// Sharded, atomic, reshardable checkpoints of an engine's training state.
+//
+// Note [Checkpoint format]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+//   DIR/latest                      one line: the tag of the newest complete checkpoint
+//   DIR/TAG/metadata.json           written last, by rank 0
+//   DIR/TAG/rank_00000.safetensors  what rank 0 owned; one file per rank
+// Every value is keyed by parameter name and element range, never by memory layout: a rank
+// file holds, for each piece [begin, end) of a flattened parameter the rank owned, the tensors
+// "master/NAME/BEGIN" (fp32 master weights), "exp_avg/NAME/BEGIN" and "exp_avg_sq/NAME/BEGIN"
+// (Adam; SGD momentum is exp_avg), at stage 3 with 16-bit parameters "param16/NAME/BEGIN",
+// and "rng/cpu" (the rank's CPU generator). Every element of every parameter is written by
+// exactly one rank (stage 0 too: rank r writes its 1/N). metadata.json records the format
+// version, world size, stage, dtypes, optimizer, the parameters (name, shape), the step
+// counters, loss scaler and learning rate, the client state, and per rank file its byte size,
+// CRC-32 and list of pieces. A load at any world size and stage computes which pieces of which
+// files overlap what the new rank owns, so no conversion step is needed.
+//
+// Atomicity: ranks write into DIR/.tmp-TAG; after every rank has reported its file (an
+// all-gather, so also a barrier), rank 0 writes metadata.json, renames the directory to
+// DIR/TAG and then replaces DIR/latest (write, fsync, rename). A crash at any point leaves
+// DIR/latest naming the previous complete checkpoint; a leftover .tmp- directory is ignored
+// and cleared by the next save of that tag.
+#include "checkpoint/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "engine/engine_core.h"
+#include "engine/fingerprint.h"
+#include "zero/error.h"
+#include "zero/safetensors.h"
+
+namespace zero {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr const char* kFormat = "zero-checkpoint";
+constexpr int kVersion = 1;
+constexpr const char* kMetadataFile = "metadata.json";
+constexpr const char* kLatestFile = "latest";
+
+std::string rank_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank_%05d.safetensors", rank);
+  return name;
+}
+
+std::string piece_key(const std::string& kind, const std::string& name, int64_t begin) {
+  return kind + "/" + name + "/" + std::to_string(begin);
+}
+
+std::string system_error(const std::string& what, const fs::path& path) {
+  return what + " '" + path.string() + "': " + std::strerror(errno);
+}
+
+// CRC-32 (zlib) of a whole file, read in 4 MiB pieces.
+uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  ZERO_CHECK(file != nullptr, system_error("cannot open checkpoint file", path));
+  std::vector<unsigned char> buffer(4 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int64_t total = 0;
+  size_t got = 0;
+  while ((got = std::fread(buffer.data(), 1, buffer.size(), file)) > 0) {
+    crc = crc32(crc, buffer.data(), static_cast<uInt>(got));
+    total += static_cast<int64_t>(got);
+  }
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  ZERO_CHECK(!failed, system_error("cannot read checkpoint file", path));
+  if (bytes != nullptr) *bytes = total;
+  return static_cast<uint32_t>(crc);
+}
+
+void fsync_path(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  ZERO_CHECK(fd >= 0, system_error("cannot open for fsync", path));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  ZERO_CHECK(rc == 0, system_error("cannot fsync", path));
+}
+
+// Writes `text` to `path` atomically: a temporary file, fsync, rename, fsync of the directory.
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    ZERO_CHECK(out.good(), system_error("cannot create", temporary));
+    out << text;
+    out.flush();
+    ZERO_CHECK(out.good(), system_error("cannot write", temporary));
+  }
+  fsync_path(temporary, false);
+  fs::rename(temporary, path);
+  fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), true);
+}
+
+std::string read_text_file(const fs::path& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  ZERO_CHECK(in.good(), "cannot open ", what, " '", path.string(), "': ", std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Collective: throws on every rank when any rank's `error` is non-empty, naming the rank.
+void agree(Communicator& comm, const std::string& operation, const std::string& error) {
+  const std::vector<std::string> errors = all_gather_texts(comm, error);
+  for (int r = 0; r < static_cast<int>(errors.size()); ++r) {
+    if (errors[r].empty()) continue;
+    if (r == comm.rank()) throw Error(errors[r]);
+    throw Error(operation + " failed on rank " + std::to_string(r) + ": " + errors[r]);
+  }
+}
+
+template <typename Fn>
+std::string capture_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
+Json scaler_json(const LossScaler::State& s) {
+  return {{"scale", s.scale},
+          {"current_hysteresis", s.current_hysteresis},
+          {"iteration", s.iteration},
+          {"last_overflow_iteration", s.last_overflow_iteration}};
+}
+
+const char* dtype_text(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "fp32";
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    default: return "other";
+  }
+}
+
+const char* optimizer_name(OptimizerType type) {
+  switch (type) {
+    case OptimizerType::kAdamW: return "AdamW";
+    case OptimizerType::kAdam: return "Adam";
+    case OptimizerType::kSGD: return "SGD";
+  }
+  return "unknown";
+}
+
+void check_tag(const std::string& tag) {
+  ZERO_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag[0] != '.' &&
+                 tag != kLatestFile,
+             "checkpoint tag '", tag, "' is not allowed: it must be non-empty, contain no '/', ",
+             "not start with '.', and not be '", kLatestFile, "'");
+}
+
+// One piece of a parameter in a saved rank file.
+struct SavedPiece {
+  int file = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+}  // namespace
+
+std::string save_checkpoint(EngineCore& engine, const std::string& dir, const std::string& tag_in,
+                            const std::string& client_state) {
+  Communicator& comm = engine.communicator();
+  const int rank = comm.rank();
+  const int world = comm.size();
+  const TrainingCounters counters = engine.counters();
+  const int gas = engine.config().gradient_accumulation_steps;
+  ZERO_CHECK(counters.micro_steps % gas == 0, "save_checkpoint at micro-step ",
+             counters.micro_steps, ", inside an accumulation window of ", gas,
+             " micro-steps: save after the step() that ends the window");
+  const std::string tag =
+      tag_in.empty() ? "global_step" + std::to_string(counters.global_steps + counters.skipped_steps)
+                     : tag_in;
+  check_tag(tag);
+  Json client;
+  try {
+    client = Json::parse(client_state);
+  } catch (const std::exception& e) {
+    ZERO_CHECK(false, "save_checkpoint: client_state is not valid JSON (", e.what(), "): ",
+               client_state.substr(0, 200));
+  }
+  const fs::path root(dir);
+  const fs::path final_dir = root / tag;
+  const fs::path temporary_dir = root / (".tmp-" + tag);
+
+  // 1. Rank 0 prepares an empty temporary directory.
+  agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
+    fs::create_directories(root);
+    std::string latest;
+    if (fs::exists(root / kLatestFile)) latest = read_text_file(root / kLatestFile, "checkpoint index");
+    while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) latest.pop_back();
+    ZERO_CHECK(!(fs::exists(final_dir) && latest == tag), "checkpoint '", final_dir.string(),
+               "' exists and is the latest one; save under another tag (replacing it in place ",
+               "could lose it if the save is interrupted)");
+    fs::remove_all(temporary_dir);
+    fs::create_directory(temporary_dir);
+  }));
+
+  // 2. Every rank writes what it owns.
+  const std::vector<CheckpointParameter> params = engine.checkpoint_parameters();
+  const std::vector<StateSegment> segments = engine.segments_to_save();
+  Json file_info;
+  agree(comm, "save_checkpoint", capture_error([&] {
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    const at::Tensor master = engine.master_state();
+    const auto state = engine.optimizer_state();
+    const at::Tensor param16 = engine.param_shard_state();
+    Json pieces = Json::array();
+    for (const StateSegment& s : segments) {
+      const std::string& name = params[s.param].name;
+      const int64_t length = s.end - s.begin;
+      tensors.emplace_back(piece_key("master", name, s.begin), master.narrow(0, s.offset, length));
+      for (const auto& [kind, tensor] : state) {
+        tensors.emplace_back(piece_key(kind, name, s.begin), tensor.narrow(0, s.offset, length));
+      }
+      if (param16.defined()) {
+        tensors.emplace_back(piece_key("param16", name, s.begin), param16.narrow(0, s.offset, length));
+      }
+      pieces.push_back({name, s.begin, s.end});
+    }
+    at::Tensor rng;
+    {
+      auto generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      rng = generator.get_state();
+    }
+    tensors.emplace_back("rng/cpu", rng);
+    const fs::path path = temporary_dir / rank_file_name(rank);
+    write_safetensors(path.string(), tensors, {{"format", "zero-checkpoint-shard"}});
+    int64_t bytes = 0;
+    const uint32_t crc = file_crc32(path, &bytes);
+    file_info = {{"file", rank_file_name(rank)}, {"bytes", bytes}, {"crc32", crc},
+                 {"pieces", pieces}};
+  }));
+  // Also the barrier: rank 0 sees every file only after every rank has finished it.
+  const std::vector<std::string> infos = all_gather_texts(comm, file_info.dump());
+
+  // 3. Rank 0 writes the metadata and publishes the checkpoint.
+  agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
+    const Config& config = engine.config();
+    Json metadata;
+    metadata["format"] = kFormat;
+    metadata["version"] = kVersion;
+    metadata["world_size"] = world;
+    metadata["stage"] = config.zero_optimization.stage;
+    metadata["param_dtype"] = dtype_text(engine.param_dtype());
+    metadata["master_dtype"] = "fp32";
+    metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
+                             {"state", Json::array()}};
+    for (const auto& [kind, tensor] : engine.optimizer_state()) {
+      metadata["optimizer"]["state"].push_back(kind);
+    }
+    metadata["counters"] = {{"global_steps", counters.global_steps},
+                            {"skipped_steps", counters.skipped_steps},
+                            {"micro_steps", counters.micro_steps},
+                            {"optimizer_steps", counters.optimizer_steps},
+                            {"lr", counters.lr},
+                            {"gradient_accumulation_steps", gas},
+                            {"loss_scaler", scaler_json(counters.scaler)}};
+    metadata["scheduler"] = config.scheduler.has_value();
+    Json parameters = Json::array();
+    for (const auto& p : params) parameters.push_back({{"name", p.name}, {"shape", p.shape}});
+    metadata["parameters"] = parameters;
+    Json files = Json::array();
+    for (const std::string& info : infos) files.push_back(Json::parse(info));
+    metadata["files"] = files;
+    metadata["client_state"] = client;
+    write_file_atomically(temporary_dir / kMetadataFile, metadata.dump(1));
+    fsync_path(temporary_dir, true);
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // not the latest (checked above)
+    fs::rename(temporary_dir, final_dir);
+    fsync_path(root, true);
+    write_file_atomically(root / kLatestFile, tag + "\n");
+  }));
+  return tag;
+}
+
+std::string load_checkpoint(EngineCore& engine, const std::string& dir, const std::string& tag_in) {
+  Communicator& comm = engine.communicator();
+  const int rank = comm.rank();
+  const fs::path root(dir);
+  const std::vector<CheckpointParameter> params = engine.checkpoint_parameters();
+  const std::vector<StateSegment> wanted = engine.segments_to_load();
+  const at::Tensor master = engine.master_state();
+  const auto state = engine.optimizer_state();
+
+  // Everything is read and checked into staging copies first: the engine changes only after
+  // every rank has succeeded.
+  at::Tensor staged_master = at::zeros_like(master);
+  std::vector<at::Tensor> staged_state;
+  for (const auto& item : state) staged_state.push_back(at::zeros_like(item.second));
+  Json metadata;
+  at::Tensor rng;
+  std::string tag = tag_in;
+  fs::path checkpoint_dir;
+  const std::string error = capture_error([&] {
+    if (tag.empty()) {
+      const fs::path latest = root / kLatestFile;
+      ZERO_CHECK(fs::exists(latest), "no checkpoint to load in '", root.string(), "': '",
+                 latest.string(), "' does not exist (no save completed there)");
+      tag = read_text_file(latest, "checkpoint index");
+      while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+    }
+    check_tag(tag);
+    checkpoint_dir = root / tag;
+    const fs::path metadata_path = checkpoint_dir / kMetadataFile;
+    ZERO_CHECK(fs::exists(metadata_path), "checkpoint '", checkpoint_dir.string(),
+               "' is incomplete or missing: '", metadata_path.string(), "' does not exist");
+    try {
+      metadata = Json::parse(read_text_file(metadata_path, "checkpoint metadata"));
+    } catch (const Json::exception& e) {
+      ZERO_CHECK(false, "checkpoint metadata '", metadata_path.string(), "' is not valid JSON: ",
+                 e.what());
+    }
+    ZERO_CHECK(metadata.value("format", std::string()) == kFormat, "'", metadata_path.string(),
+               "' is not a zero checkpoint (format '", metadata.value("format", std::string()),
+               "', expected '", kFormat, "')");
+    const int version = metadata.value("version", -1);
+    ZERO_CHECK(version == kVersion, "'", metadata_path.string(), "' has checkpoint format version ",
+               version, "; this build reads version ", kVersion);
+
+    // The same model: every parameter by name and shape.
+    std::map<std::string, std::vector<int64_t>> saved_shapes;
+    for (const auto& p : metadata.at("parameters")) {
+      saved_shapes[p.at("name").get<std::string>()] = p.at("shape").get<std::vector<int64_t>>();
+    }
+    for (const auto& p : params) {
+      const auto it = saved_shapes.find(p.name);
+      ZERO_CHECK(it != saved_shapes.end(), "checkpoint '", checkpoint_dir.string(),
+                 "' is of a different model: it has no parameter '", p.name, "'");
+      ZERO_CHECK(it->second == p.shape, "checkpoint '", checkpoint_dir.string(),
+                 "' is of a different model: parameter '", p.name, "' has shape ",
+                 c10::IntArrayRef(it->second), " there but ", c10::IntArrayRef(p.shape), " here");
+    }
+    ZERO_CHECK(saved_shapes.size() == params.size(), "checkpoint '", checkpoint_dir.string(),
+               "' is of a different model: it has ", saved_shapes.size(),
+               " trainable parameters, this model ", params.size());
+    const std::string optimizer = metadata.at("optimizer").at("type").get<std::string>();
+    const std::string configured = optimizer_name(engine.config().optimizer.type);
+    ZERO_CHECK(optimizer == configured, "checkpoint '", checkpoint_dir.string(),
+               "' was saved with optimizer ", optimizer, " but this config uses ", configured);
+
+    // Which pieces of which files this rank needs.
+    const Json& files = metadata.at("files");
+    std::map<std::string, std::vector<SavedPiece>> pieces_of;
+    for (int f = 0; f < static_cast<int>(files.size()); ++f) {
+      for (const auto& piece : files[f].at("pieces")) {
+        pieces_of[piece.at(0).get<std::string>()].push_back(
+            {f, piece.at(1).get<int64_t>(), piece.at(2).get<int64_t>()});
+      }
+    }
+    std::vector<bool> needed(files.size(), false);
+    for (const StateSegment& s : wanted) {
+      for (const SavedPiece& piece : pieces_of[params[s.param].name]) {
+        if (piece.begin < s.end && s.begin < piece.end) needed[piece.file] = true;
+      }
+    }
+    const int saved_world = metadata.at("world_size").get<int>();
+    const bool same_world = saved_world == comm.size();
+    int64_t filled = 0;
+    for (int f = 0; f < static_cast<int>(files.size()); ++f) {
+      const bool rng_file = same_world && f == rank;
+      if (!needed[f] && !rng_file) continue;
+      const fs::path path = checkpoint_dir / files[f].at("file").get<std::string>();
+      ZERO_CHECK(fs::exists(path), "checkpoint file '", path.string(), "' is missing");
+      int64_t bytes = 0;
+      const uint32_t crc = file_crc32(path, &bytes);
+      ZERO_CHECK(bytes == files[f].at("bytes").get<int64_t>(), "checkpoint file '", path.string(),
+                 "' has ", bytes, " bytes but the metadata records ",
+                 files[f].at("bytes").get<int64_t>(), " (truncated or replaced)");
+      ZERO_CHECK(crc == files[f].at("crc32").get<uint32_t>(), "checkpoint file '", path.string(),
+                 "' is corrupted: CRC-32 ", crc, " does not match the recorded ",
+                 files[f].at("crc32").get<uint32_t>());
+      const SafetensorsFile file = read_safetensors(path.string());
+      auto tensor = [&](const std::string& key) -> const at::Tensor& {
+        const auto it = file.tensors.find(key);
+        ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(), "' lacks '",
+                   key, "' that the metadata lists");
+        return it->second;
+      };
+      if (rng_file) rng = tensor("rng/cpu");
+      if (!needed[f]) continue;
+      for (const StateSegment& s : wanted) {
+        const std::string& name = params[s.param].name;
+        for (const SavedPiece& piece : pieces_of[name]) {
+          if (piece.file != f) continue;
+          const int64_t begin = std::max(piece.begin, s.begin);
+          const int64_t end = std::min(piece.end, s.end);
+          if (begin >= end) continue;
+          auto copy = [&](const at::Tensor& source, at::Tensor& target) {
+            ZERO_CHECK(source.numel() == piece.end - piece.begin, "checkpoint file '",
+                       path.string(), "': a piece of '", name, "' has ", source.numel(),
+                       " elements where the metadata says ", piece.end - piece.begin);
+            target.narrow(0, s.offset + begin - s.begin, end - begin)
+                .copy_(source.narrow(0, begin - piece.begin, end - begin));
+          };
+          copy(tensor(piece_key("master", name, piece.begin)), staged_master);
+          for (size_t k = 0; k < state.size(); ++k) {
+            copy(tensor(piece_key(state[k].first, name, piece.begin)), staged_state[k]);
+          }
+          filled += end - begin;
+        }
+      }
+    }
+    int64_t expected = 0;
+    for (const StateSegment& s : wanted) expected += s.end - s.begin;
+    ZERO_CHECK(filled == expected, "checkpoint '", checkpoint_dir.string(), "' covers ", filled,
+               " of the ", expected, " elements rank ", rank,
+               " needs: its pieces do not cover every parameter");
+  });
+  agree(comm, "load_checkpoint", error);
+
+  // Every rank has everything: commit.
+  {
+    at::NoGradGuard no_grad;
+    master.copy_(staged_master);
+    for (size_t k = 0; k < state.size(); ++k) state[k].second.copy_(staged_state[k]);
+  }
+  const Json& c = metadata.at("counters");
+  TrainingCounters counters;
+  counters.global_steps = c.at("global_steps").get<int64_t>();
+  counters.skipped_steps = c.at("skipped_steps").get<int64_t>();
+  // Boundaries so far, in this config's micro-steps (its accumulation may differ).
+  counters.micro_steps = (counters.global_steps + counters.skipped_steps) *
+                         engine.config().gradient_accumulation_steps;
+  counters.optimizer_steps = c.at("optimizer_steps").get<int64_t>();
+  counters.lr = c.at("lr").get<double>();
+  const Json& s = c.at("loss_scaler");
+  counters.scaler.scale = s.at("scale").get<double>();
+  counters.scaler.current_hysteresis = s.at("current_hysteresis").get<int>();
+  counters.scaler.iteration = s.at("iteration").get<int64_t>();
+  counters.scaler.last_overflow_iteration = s.at("last_overflow_iteration").get<int64_t>();
+  engine.restore_counters(counters);
+  if (rng.defined()) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng);
+  }
+  engine.finish_load();
+  return metadata.at("client_state").dump();
+}
+
+}  // namespace zero

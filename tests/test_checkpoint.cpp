@@ -1,0 +1,282 @@
+// Checkpoints at one world size (run under mpirun at 1-4 ranks): bit-exact resume at every
+// stage with fp16 loss scaling and a scheduler, loading across stages, atomic publication,
+// and a clear error for each kind of bad checkpoint. Resharding across world sizes is
+// tests/checkpoint/check_reshard.sh (it needs several mpirun jobs).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine_harness.h"
+#include "test_util.h"
+#include "zero/error.h"
+#include "zero/gathered_parameters.h"
+
+namespace zero::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory shared by all ranks (rank 0 creates it; the name is agreed by value).
+std::string shared_dir(const std::string& name) {
+  auto comm = world();
+  const fs::path dir = fs::temp_directory_path() /
+                       ("zero-ckpt-test-" + name + "-np" + std::to_string(comm->size()));
+  if (comm->rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  comm->barrier();
+  return dir.string();
+}
+
+RunOptions fp16_scheduled(int stage) {
+  RunOptions options;
+  options.stage = stage;
+  options.dtype = cpu_supports_half() ? "fp16" : "bf16";
+  options.gradient_clipping = 0.05;
+  options.gradient_accumulation_steps = 2;
+  options.extra_top_json =
+      "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
+      "\"warmup_max_lr\": 0.003, \"warmup_num_steps\": 5}}";
+  if (stage == 3) options.extra_zero_json = "\"stage3_param_persistence_threshold\": 0";
+  return options;
+}
+
+struct Trainer {
+  std::shared_ptr<torch::nn::Module> model;
+  std::unique_ptr<Engine> engine;
+};
+
+Trainer make_trainer(const ModelSpec& spec, const RunOptions& options) {
+  auto comm = world();
+  Trainer t;
+  t.model = spec.build();
+  t.engine = initialize(t.model, parse_config(make_config_json(options), comm->size(), "test"),
+                        comm);
+  return t;
+}
+
+// Steps [first, last) of the harness's data schedule; returns the global mean loss per step.
+std::vector<double> train(Trainer& t, const ModelSpec& spec, const RunOptions& options, int first,
+                          int last) {
+  auto comm = world();
+  const int world_size = comm->size();
+  const int64_t mbs = options.micro_batch;
+  const int gas = options.gradient_accumulation_steps;
+  std::vector<double> losses;
+  for (int step = first; step < last; ++step) {
+    auto [x, y] = spec.batch(step, world_size * mbs * gas);
+    double sum = 0;
+    for (int micro = 0; micro < gas; ++micro) {
+      const int64_t row = (static_cast<int64_t>(micro) * world_size + comm->rank()) * mbs;
+      at::Tensor loss = spec.loss(*t.model, x.narrow(0, row, mbs), y.narrow(0, row, mbs));
+      sum += loss.item<double>();
+      t.engine->backward(loss);
+      t.engine->step();
+    }
+    at::Tensor total = at::full({1}, sum, at::kDouble);
+    comm->all_reduce(total, ReduceOp::kSum);
+    losses.push_back(total.item<double>() / (world_size * gas));
+  }
+  return losses;
+}
+
+at::Tensor parameters_of(Trainer& t) {
+  GatheredParameters whole(*t.engine, t.model->parameters());
+  return flatten_parameters(*t.model);
+}
+
+// Stopping at step 3, saving, and resuming in a new engine gives bit for bit the losses,
+// parameters, loss scale and learning rate of an uninterrupted run.
+TEST(Checkpoint, ResumeIsBitExactAtEveryStage) {
+  const ModelSpec spec = tiny_gpt2_spec();
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const RunOptions options = fp16_scheduled(stage);
+    Trainer straight = make_trainer(spec, options);
+    const std::vector<double> expected = train(straight, spec, options, 0, 7);
+
+    const std::string dir = shared_dir("resume" + std::to_string(stage));
+    std::string tag;
+    {
+      Trainer first = make_trainer(spec, options);
+      train(first, spec, options, 0, 3);
+      tag = first.engine->save_checkpoint(dir, "", "{\"data_step\": 3}");
+    }
+    EXPECT_EQ(tag, "global_step3");
+    Trainer resumed = make_trainer(spec, options);
+    EXPECT_EQ(resumed.engine->load_checkpoint(dir), "{\"data_step\":3}");
+    EXPECT_EQ(resumed.engine->global_steps() + resumed.engine->skipped_steps(), 3);
+    const std::vector<double> rest = train(resumed, spec, options, 3, 7);
+    for (size_t i = 0; i < rest.size(); ++i) {
+      EXPECT_EQ(rest[i], expected[3 + i]) << "step " << 3 + i;
+    }
+    EXPECT_TRUE(at::equal(parameters_of(resumed), parameters_of(straight)));
+    EXPECT_EQ(resumed.engine->loss_scale(), straight.engine->loss_scale());
+    EXPECT_EQ(resumed.engine->learning_rate(), straight.engine->learning_rate());
+    EXPECT_EQ(resumed.engine->skipped_steps(), straight.engine->skipped_steps());
+  }
+}
+
+// A checkpoint saved at one stage loads at every other (same world size), and training goes on
+// as it would have: within 1e-5 of continuing at the saving stage (fp32: the stages agree to
+// that tolerance, not bitwise, once per-unit ownership changes the summation order).
+TEST(Checkpoint, LoadsAcrossStages) {
+  const ModelSpec spec = tiny_gpt2_spec();
+  for (int saved = 0; saved <= 3; ++saved) {
+    RunOptions options;
+    options.stage = saved;
+    if (saved == 3) options.extra_zero_json = "\"stage3_param_persistence_threshold\": 0";
+    Trainer straight = make_trainer(spec, options);
+    const std::vector<double> expected = train(straight, spec, options, 0, 5);
+    const std::string dir = shared_dir("stages" + std::to_string(saved));
+    {
+      Trainer first = make_trainer(spec, options);
+      train(first, spec, options, 0, 3);
+      first.engine->save_checkpoint(dir, "mid");
+    }
+    for (int loaded = 0; loaded <= 3; ++loaded) {
+      if (loaded == saved) continue;
+      SCOPED_TRACE("saved at stage " + std::to_string(saved) + ", loaded at " +
+                   std::to_string(loaded));
+      RunOptions other = options;
+      other.stage = loaded;
+      other.extra_zero_json =
+          loaded == 3 ? "\"stage3_param_persistence_threshold\": 40" : "";
+      Trainer resumed = make_trainer(spec, other);
+      resumed.engine->load_checkpoint(dir, "mid");
+      const std::vector<double> rest = train(resumed, spec, other, 3, 5);
+      for (size_t i = 0; i < rest.size(); ++i) {
+        EXPECT_NEAR(rest[i], expected[3 + i], 1e-5 * expected[3 + i]) << "step " << 3 + i;
+      }
+      EXPECT_LE(relative_error(parameters_of(resumed), parameters_of(straight)), 1e-5);
+    }
+  }
+}
+
+// Only complete checkpoints are published: `latest` moves after every rank has written, and a
+// leftover temporary directory (a save that died) is ignored by load.
+TEST(Checkpoint, LatestNamesTheNewestCompleteCheckpoint) {
+  auto comm = world();
+  const ModelSpec spec = mlp_spec();
+  RunOptions options;
+  options.stage = 2;
+  const std::string dir = shared_dir("latest");
+  Trainer t = make_trainer(spec, options);
+  train(t, spec, options, 0, 1);
+  EXPECT_EQ(t.engine->save_checkpoint(dir), "global_step1");
+  train(t, spec, options, 1, 2);
+  EXPECT_EQ(t.engine->save_checkpoint(dir), "global_step2");
+  if (comm->rank() == 0) {
+    std::ifstream latest(fs::path(dir) / "latest");
+    std::string tag;
+    latest >> tag;
+    EXPECT_EQ(tag, "global_step2");
+    fs::create_directories(fs::path(dir) / ".tmp-global_step3");  // an interrupted save
+  }
+  comm->barrier();
+  Trainer other = make_trainer(spec, options);
+  other.engine->load_checkpoint(dir);
+  EXPECT_EQ(other.engine->global_steps(), 2);
+  EXPECT_TRUE(at::equal(parameters_of(other), parameters_of(t)));
+  // Overwriting the latest checkpoint in place is refused (an interrupted save could lose it).
+  EXPECT_THROW(t.engine->save_checkpoint(dir, "global_step2"), Error);
+}
+
+// Each kind of bad checkpoint fails on every rank with a message naming the file and the
+// problem, and leaves the engine untouched.
+TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
+  auto comm = world();
+  const ModelSpec spec = mlp_spec();
+  RunOptions options;
+  options.stage = 1;
+  const std::string dir = shared_dir("bad");
+  {
+    Trainer t = make_trainer(spec, options);
+    train(t, spec, options, 0, 2);
+    t.engine->save_checkpoint(dir, "good");
+  }
+  const fs::path good = fs::path(dir) / "good";
+  auto copy_to = [&](const std::string& tag) {
+    if (comm->rank() == 0) {
+      fs::remove_all(fs::path(dir) / tag);
+      fs::copy(good, fs::path(dir) / tag, fs::copy_options::recursive);
+    }
+  };
+  struct Case {
+    std::string tag;
+    std::function<void(const fs::path&)> damage;  // on rank 0
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"missing_file", [](const fs::path& p) { fs::remove(p / "rank_00000.safetensors"); },
+       "rank_00000.safetensors' is missing"},
+      {"truncated",
+       [](const fs::path& p) {
+         fs::resize_file(p / "rank_00000.safetensors",
+                         fs::file_size(p / "rank_00000.safetensors") - 10);
+       },
+       "(truncated or replaced)"},
+      {"corrupted",
+       [](const fs::path& p) {
+         std::fstream f(p / "rank_00000.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(-5, std::ios::end);
+         f.put('\x7f');
+       },
+       "is corrupted: CRC-32"},
+      {"no_metadata", [](const fs::path& p) { fs::remove(p / "metadata.json"); },
+       "is incomplete or missing"},
+      {"bad_json",
+       [](const fs::path& p) { std::ofstream(p / "metadata.json") << "{\"format\": "; },
+       "is not valid JSON"},
+      {"version",
+       [](const fs::path& p) {
+         std::ifstream in(p / "metadata.json");
+         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+         in.close();
+         text.replace(text.find("\"version\": 1"), 12, "\"version\": 99");
+         std::ofstream(p / "metadata.json") << text;
+       },
+       "format version 99; this build reads version 1"},
+  };
+  Trainer target = make_trainer(spec, options);
+  const at::Tensor before = parameters_of(target);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.tag);
+    copy_to(c.tag);
+    if (comm->rank() == 0) c.damage(fs::path(dir) / c.tag);
+    comm->barrier();
+    try {
+      target.engine->load_checkpoint(dir, c.tag);
+      ADD_FAILURE() << "loaded a damaged checkpoint";
+    } catch (const Error& e) {
+      // Rank 0 damaged the shared files; every rank sees the problem (or that a rank failed).
+      const std::string message = e.what();
+      EXPECT_TRUE(message.find(c.expected) != std::string::npos ||
+                  message.find("load_checkpoint failed on rank") != std::string::npos)
+          << message;
+    }
+    EXPECT_TRUE(at::equal(parameters_of(target), before)) << "a failed load changed the engine";
+  }
+  // A checkpoint of a different model.
+  Trainer gpt = make_trainer(tiny_gpt2_spec(), options);
+  try {
+    gpt.engine->load_checkpoint(dir, "good");
+    ADD_FAILURE() << "loaded another model's checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is of a different model"), std::string::npos) << e.what();
+  }
+  // No checkpoint at all.
+  try {
+    target.engine->load_checkpoint(shared_dir("empty"));
+    ADD_FAILURE() << "loaded from an empty directory";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint to load"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zero::test
