@@ -11,9 +11,9 @@
 // (Adam; SGD momentum is exp_avg), at stage 3 with 16-bit parameters "param16/NAME/BEGIN",
 // and "rng/cpu" (the rank's CPU generator). Every element of every parameter is written by
 // exactly one rank (stage 0 too: rank r writes its 1/N). metadata.json records the format
-// version, world size, stage, dtypes, optimizer, the parameters (name, shape), the step
-// counters, loss scaler and learning rate, the client state, and per rank file its byte size,
-// CRC-32 and list of pieces. A load at any world size and stage computes which pieces of which
+// version, world size, stage, dtypes, optimizer, the effective config, the parameters (name,
+// shape), the step counters, loss scaler and learning rate, the client state, and per rank
+// file its byte size, CRC-32 and list of pieces. A load at any world size and stage computes which pieces of which
 // files overlap what the new rank owns, so no conversion step is needed.
 //
 // Atomicity: ranks write into DIR/.tmp-TAG; after every rank has reported its file (an
@@ -281,6 +281,9 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
                             {"gradient_accumulation_steps", gas},
                             {"loss_scaler", scaler_json(counters.scaler)}};
     metadata["scheduler"] = config.scheduler.has_value();
+    // The whole effective config, for readers (zero-ckpt inspect); a load uses its own.
+    metadata["config"] = config.effective_json.empty() ? Json::object()
+                                                        : Json::parse(config.effective_json);
     Json parameters = Json::array();
     for (const auto& p : params) parameters.push_back({{"name", p.name}, {"shape", p.shape}});
     metadata["parameters"] = parameters;
