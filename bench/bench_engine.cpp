@@ -106,21 +106,29 @@ int main(int argc, char** argv) {
 
   std::vector<Variant> variants;
   auto wanted = [&](int stage) { return o.stages.find(char('0' + stage)) != std::string::npos; };
+  auto add = [&](int stage, bool overlap, std::string label, std::string extra) {
+    Variant v;
+    v.stage = stage;
+    v.overlap = overlap;
+    v.label = std::move(label);
+    v.extra_zero_json = std::move(extra);
+    variants.push_back(std::move(v));
+  };
   for (int stage = 0; stage <= 2; ++stage) {
-    if (wanted(stage)) variants.push_back({stage, false, "stage " + std::to_string(stage), ""});
+    if (wanted(stage)) add(stage, false, "stage " + std::to_string(stage), "");
   }
   if (o.overlap_variants && world > 1 && wanted(2)) {
-    variants.push_back({2, true, "stage 2 + overlap_comm", ""});
+    add(2, true, "stage 2 + overlap_comm", "");
   }
   if (wanted(3)) {
-    variants.push_back({3, false, "stage 3, on demand", ""});
+    add(3, false, "stage 3, on demand", "");
     if (o.overlap_variants) {
-      variants.push_back({3, true, "stage 3 + overlap, no prefetch",
-                          ", \"stage3_prefetch_bucket_size\": 0"});
-      variants.push_back({3, true, "stage 3 + overlap + prefetch", ""});
-      variants.push_back({3, true, "stage 3 + prefetch, reuse distance 0, live 1e7",
+      add(3, true, "stage 3 + overlap, no prefetch",
+                          ", \"stage3_prefetch_bucket_size\": 0");
+      add(3, true, "stage 3 + overlap + prefetch", "");
+      add(3, true, "stage 3 + prefetch, reuse distance 0, live 1e7",
                           ", \"stage3_max_reuse_distance\": 0, "
-                          "\"stage3_max_live_parameters\": 1e7"});
+                          "\"stage3_max_live_parameters\": 1e7");
     }
   }
   for (auto& v : variants) {

@@ -2,6 +2,7 @@
 //
 //   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|gpt2|gpt2-medium|gpt2-large|gpt2-xl]
 //              [--data PREFIX] [--steps N] [--eval-every K] [--sample-every K] [--out RUN_DIR]
+//              [--save-every K] [--checkpoint-dir DIR] [--resume auto|DIR]
 //   mpirun -np N zero-train ...      or      zero-run -n N -- zero-train ...
 //
 // Everything about the optimization comes from the config (batch sizes, optimizer, precision,
@@ -9,16 +10,41 @@
 // PREFIX_val.bin (llm.c format). Rank 0 prints progress and the final summary and writes the
 // run directory: the effective config, metrics.csv and loss.svg.
 //
-// Errors: anything that can be wrong with the inputs (config, model name, data files) is
-// checked on every rank before training starts, and the ranks agree on the outcome, so a bad
-// input gives one clear message and every rank exits with status 2. A failure during training
-// on one rank aborts the whole job (status 1), since the other ranks may wait in a collective.
+// Checkpoints (see Note [Resuming zero-train]): --save-every K saves every K steps and after
+// the last into RUN_DIR/checkpoints (or --checkpoint-dir); --resume continues a run from one.
+//
+// Errors: anything that can be wrong with the inputs (command line, config, model name, data
+// files, the checkpoint to resume from) is checked on every rank before training starts, and
+// the ranks agree on the outcome, so a bad input gives one clear message and every rank exits
+// with status 2. A failure during training on one rank aborts the whole job (status 1), since
+// the other ranks may wait in a collective.
+//
+// Note [Resuming zero-train]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// --steps is the total: a run resumed from the checkpoint after step S trains steps S+1..N.
+// Everything a step depends on is restored, so the resumed steps' losses are bitwise those of
+// an uninterrupted run at the same world size and stage:
+//   - the engine's state (zero/engine.h load_checkpoint): weights, optimizer state, counters,
+//     loss scale, learning rate and schedule position, each rank's CPU generator (dropout);
+//   - the data position: batches are a pure function of the step (zero/data.h,
+//     DistributedSampler), so the client state records only the next step;
+//   - the metrics: rank 0 keeps metrics.csv's rows up to step S (rows after it were trained
+//     after the checkpoint and are trained again) and appends; loss.svg and the summary's
+//     first loss cover the whole run.
+// The client state also records the data, sequence length, batch and seed; a resume that
+// changes them continues with a note that the data order differs from an uninterrupted run.
+// The CSV row of a step is written before that step's checkpoint is published, so a kill
+// between the two never leaves a checkpoint whose step has no row. One checkpoint directory
+// holds one run: with --save-every, a directory that has checkpoints is only saved into by a
+// run resuming from its latest one (check_checkpoint_dir).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -58,7 +84,118 @@ struct Options {
   int64_t seq_len = 0;  // 0: min(model context, 256)
   std::string out = "runs/latest";
   int threads = 0;
+  double dropout = 0.0;
+  int64_t save_every = 0;      // 0: no checkpoints
+  std::string checkpoint_dir;  // "": RUN_DIR/checkpoints
+  std::string resume;          // "": start fresh; "auto"; or a checkpoint directory
 };
+
+std::string checkpoint_dir(const Options& o) {
+  return o.checkpoint_dir.empty() ? o.out + "/checkpoints" : o.checkpoint_dir;
+}
+
+// A checkpoint to resume from: `dir` and `tag` as load_checkpoint takes them. An empty `dir`
+// means start fresh.
+struct ResumeFrom {
+  std::string dir;
+  std::string tag;
+  std::string note;  // why there is nothing to resume, for --resume auto
+};
+
+// The tag DIR/latest names (Note [Checkpoint format]), read here so that messages can name it.
+std::string latest_tag(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "latest");
+  std::string tag;
+  std::getline(in, tag);
+  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  ZERO_CHECK(!tag.empty(), "cannot read a checkpoint tag from ", (dir / "latest").string());
+  return tag;
+}
+
+// --resume auto: the checkpoint directory when it has a `latest`, else a fresh start.
+// --resume DIR: a checkpoint directory (with `latest`) or one checkpoint in it (with
+// metadata.json); anything else is an error.
+ResumeFrom find_resume(const Options& o) {
+  namespace fs = std::filesystem;
+  ResumeFrom from;
+  if (o.resume.empty()) return from;
+  if (o.resume == "auto") {
+    const std::string dir = checkpoint_dir(o);
+    if (fs::exists(fs::path(dir) / "latest")) {
+      from.dir = dir;
+      from.tag = latest_tag(dir);
+    } else {
+      from.note = "--resume auto: no checkpoint in " + dir + " (no " + dir +
+                  "/latest), starting from step 1";
+    }
+    return from;
+  }
+  fs::path path = fs::path(o.resume).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // "DIR/"
+  if (fs::exists(path / "latest")) {
+    from.dir = path.string();
+    from.tag = latest_tag(path);
+  } else if (fs::exists(path / "metadata.json")) {
+    from.dir = path.parent_path().empty() ? "." : path.parent_path().string();
+    from.tag = path.filename().string();
+  } else {
+    ZERO_CHECK(false, "--resume ", o.resume, ": no checkpoint there (neither ",
+               (path / "latest").string(), " nor ", (path / "metadata.json").string(),
+               " exists)");
+  }
+  return from;
+}
+
+// Where checkpoints go must not already hold another position of a run: saving there would
+// mix with it, and fail at the step that `latest` names (a save never replaces the latest
+// checkpoint). So with --save-every, the checkpoint directory has no `latest`, or it is where
+// the run resumes from, at its latest checkpoint.
+void check_checkpoint_dir(const Options& o, const ResumeFrom& from) {
+  namespace fs = std::filesystem;
+  const fs::path dir = checkpoint_dir(o);
+  if (o.save_every == 0 || !fs::exists(dir / "latest")) return;
+  const std::string latest = latest_tag(dir);
+  std::error_code ignored;
+  if (!from.dir.empty() && fs::equivalent(dir, from.dir, ignored) && from.tag == latest) return;
+  ZERO_CHECK(false, "checkpoint directory ", dir.string(), " already holds checkpoints (latest: ",
+             latest, ")", from.dir.empty() ? "" : ", and this run resumes from " +
+             (fs::path(from.dir) / from.tag).string(),
+             ": saving there would mix with them; pass --resume auto to continue from ", latest,
+             ", or --checkpoint-dir (or --out) to save elsewhere");
+}
+
+// Where to resume from (find_resume), checked against where checkpoints go
+// (check_checkpoint_dir).
+ResumeFrom resume_from(const Options& o) {
+  ResumeFrom from = find_resume(o);
+  check_checkpoint_dir(o, from);
+  return from;
+}
+
+// Command-line checks whose messages name the value: "--steps: expected an integer >= 1, got '0'".
+CLI::Validator integer_at_least(int64_t least) {
+  return CLI::Validator(
+      [least](std::string& text) -> std::string {
+        size_t used = 0;
+        long long value = 0;
+        try {
+          value = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || value < least) {
+          return "expected an integer >= " + std::to_string(least) + ", got '" + text + "'";
+        }
+        return {};
+      },
+      least == 0 ? "NONNEGATIVE" : least == 1 ? "POSITIVE" : ">= " + std::to_string(least));
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+      "");
+}
 
 int64_t peak_rss_bytes() {
   std::ifstream status("/proc/self/status");
@@ -81,6 +218,7 @@ Inputs prepare(const Options& o, int world) {
   Inputs in;
   in.config = zero::load_config(o.config_path, world);
   in.model = zero::gpt2::GPT2Config::preset(o.model);
+  in.model.dropout = o.dropout;
   in.train = zero::TokenFile::load(o.data + "_train.bin", in.model.vocab_size);
   in.val = zero::TokenFile::load(o.data + "_val.bin", in.model.vocab_size);
   in.decoder = zero::GPT2Decoder::load(o.encoder);
@@ -205,17 +343,106 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     error = e.what();
   }
   if (!ranks_agree_ok(*comm, error)) return 2;
+  ResumeFrom from;
+  error.clear();
+  try {
+    from = resume_from(o);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!ranks_agree_ok(*comm, error)) return 2;
 
   try {
     torch::manual_seed(config.seed);
     auto model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
     auto engine = zero::initialize(model, config, comm);
+    const int stage = config.zero_optimization.stage;
+    // Resume (Note [Resuming zero-train]): the engine's state, then the next step.
+    int64_t first_step = 0;
+    std::vector<std::string> resume_notes;
+    if (!from.dir.empty()) {
+      error.clear();
+      try {
+        const std::string text = engine->load_checkpoint(from.dir, from.tag);
+        const nlohmann::json client = nlohmann::json::parse(text);
+        const std::string where = from.dir + "/" + from.tag;
+        if (client.contains("next_step")) {
+          first_step = client.at("next_step").get<int64_t>();
+          ZERO_CHECK(first_step >= 0, where, ": next_step ", first_step, " in its client state");
+          auto differs = [&](const char* key, const nlohmann::json& here) {
+            if (client.contains(key) && client.at(key) != here) {
+              resume_notes.push_back(std::string("note: the checkpoint's run had ") + key + " " +
+                                     client.at(key).dump() + ", this one " + here.dump() +
+                                     ": the data order differs from an uninterrupted run");
+            }
+          };
+          differs("data", o.data);
+          differs("seq_len", seq);
+          differs("train_batch_size", config.train_batch_size);
+          differs("seed", config.seed);
+          if (o.dropout > 0 && client.value("world_size", world) != world) {
+            resume_notes.push_back("note: saved at " + client.at("world_size").dump() +
+                                   " ranks, resumed at " + std::to_string(world) +
+                                   ": the random generators start afresh, so dropout draws "
+                                   "differ from an uninterrupted run");
+          }
+        } else {
+          // Not saved by zero-train: one optimizer step per accumulation boundary.
+          first_step = engine->global_steps() + engine->skipped_steps();
+          resume_notes.push_back("note: " + where + " has no next_step in its client state " +
+                                 "(not saved by zero-train); continuing after its boundary " +
+                                 std::to_string(first_step));
+        }
+        ZERO_CHECK(first_step <= o.steps, "--steps ", o.steps, ": the checkpoint ", where,
+                   " was saved after step ", first_step, "; pass --steps above it to train on");
+      } catch (const std::exception& e) {
+        error = std::string("cannot resume: ") + e.what();
+      }
+      if (!ranks_agree_ok(*comm, error)) return 2;
+      if (first_step == o.steps) {
+        if (rank == 0) {
+          std::printf("zero-train: the checkpoint in %s is at step %lld of --steps %lld: nothing "
+                      "left to train\n", from.dir.c_str(), static_cast<long long>(first_step),
+                      static_cast<long long>(o.steps));
+          std::fflush(stdout);
+        }
+        comm->barrier();
+        return 0;
+      }
+    }
+    // Rank 0 continues metrics.csv from the checkpoint's step (or starts it afresh).
     zero::train::Progress progress(o.steps, zero::stdout_is_terminal());
     std::unique_ptr<zero::train::CsvLog> csv;
+    std::vector<StepRecord> records;
+    error.clear();
     if (rank == 0) {
-      std::filesystem::create_directories(o.out);
-      std::ofstream(o.out + "/config.json") << config.effective_json << "\n";
-      csv = std::make_unique<zero::train::CsvLog>(o.out + "/metrics.csv");
+      try {
+        std::filesystem::create_directories(o.out);
+        std::ofstream(o.out + "/config.json") << config.effective_json << "\n";
+        zero::train::MetricsRows kept;
+        if (first_step > 0) {
+          kept = zero::train::read_metrics(o.out + "/metrics.csv", first_step);
+          records = kept.records;
+        }
+        csv = std::make_unique<zero::train::CsvLog>(o.out + "/metrics.csv", kept.lines);
+        if (first_step > 0) {
+          std::ostringstream line;
+          if (kept.lines.empty()) {
+            line << o.out << "/metrics.csv starts at step " << first_step + 1
+                 << " (no rows of earlier steps there)";
+          } else {
+            line << "continuing " << o.out << "/metrics.csv: " << kept.lines.size()
+                 << " row(s) up to step " << first_step << " kept";
+          }
+          if (kept.dropped > 0) line << ", " << kept.dropped << " row(s) after it dropped";
+          resume_notes.push_back(line.str());
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    if (!ranks_agree_ok(*comm, error)) return 2;
+    if (rank == 0) {
       std::ostringstream head;
       head << "zero-train: " << o.model << " (" << engine->num_parameters() / 1e6
            << "M parameters), ZeRO stage " << config.zero_optimization.stage << ", " << world
@@ -223,8 +450,32 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
            << ", global batch " << config.train_batch_size << " sequences; data " << o.data
            << "_{train,val}.bin (" << in.train->size() << " / " << in.val->size() << " tokens)";
       progress.message(head.str());
+      if (!from.note.empty()) progress.message(from.note);
+      if (!from.dir.empty()) {
+        progress.message("resuming from " + from.dir + "/" + from.tag + " after step " +
+                         std::to_string(first_step) + ": training steps " +
+                         std::to_string(first_step + 1) + ".." + std::to_string(o.steps));
+      }
+      for (const std::string& note : resume_notes) progress.message(note);
     }
-    const int stage = config.zero_optimization.stage;
+    // Collective. The CSV row of step `done` is already written (Note [Resuming zero-train]).
+    auto save = [&](int64_t done) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const nlohmann::json client = {{"next_step", done},         {"model", o.model},
+                                     {"data", o.data},            {"seq_len", seq},
+                                     {"train_batch_size", config.train_batch_size},
+                                     {"seed", config.seed},       {"world_size", world},
+                                     {"stage", stage}};
+      const std::string dir = checkpoint_dir(o);
+      const std::string tag = engine->save_checkpoint(dir, "", client.dump());
+      if (rank == 0) {
+        char line[64];
+        std::snprintf(line, sizeof(line), " (%.2f s)",
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        progress.message("step " + std::to_string(done) + ": saved checkpoint " + dir + "/" + tag +
+                         line);
+      }
+    };
     // A forward pass at stage 3 gathers each unit's parameters, a collective: every rank must
     // run it, so every rank samples (the same tokens; rank 0 prints them). At stages 0-2 the
     // parameters are whole and rank 0 samples alone.
@@ -232,14 +483,13 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       if (rank != 0 && stage != 3) return {};
       return sample_text(*model, *in.decoder, o.sample_tokens, seq, seed);
     };
-    std::vector<StepRecord> records;
     const auto start = std::chrono::steady_clock::now();
     double last_val = -1;
     // Bytes the training steps move (reduce-scatter, all-gather), counted around the steps
     // only: at stage 3 evaluation and sampling gather parameters too, and are counted apart.
     int64_t train_rs_bytes = 0, train_ag_bytes = 0;
     const zero::CommStats comm_before = engine->communication();
-    for (int64_t step = 0; step < o.steps; ++step) {
+    for (int64_t step = first_step; step < o.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       const int64_t skipped_before = engine->skipped_steps();
       const zero::CommStats step_before = engine->communication();
@@ -277,7 +527,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         csv->append(r);
         const double elapsed =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        progress.update(r, elapsed / (step + 1) * (o.steps - step - 1));
+        progress.update(r, elapsed / (step + 1 - first_step) * (o.steps - step - 1));
         if (r.val_loss >= 0 && !last) {
           char line[96];
           std::snprintf(line, sizeof(line), "step %lld: validation loss %.4f",
@@ -286,10 +536,12 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         }
         if (sampled) progress.message("sample: " + *sampled);
       }
+      if (o.save_every > 0 && ((step + 1) % o.save_every == 0 || last)) save(step + 1);
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rank == 0) progress.finish();
+    const int64_t trained = o.steps - first_step;  // by this process (after a resume, the rest)
 
     // Per-rank figures for the summary, gathered to every rank.
     const zero::ModelStateBytes bytes = engine->model_state_bytes();
@@ -373,18 +625,18 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         rows.push_back({"vs plain data parallel", "", saved});
       }
       if (stage == 3) {
-        rows.push_back({"communicated per step", zero::train::human_bytes(moved / o.steps),
+        rows.push_back({"communicated per step", zero::train::human_bytes(moved / trained),
                         zero::train::human_bytes(theory) + " (ring volume, 3 x Psi)"});
-        rows.push_back({"  reduce-scatter", zero::train::human_bytes(static_cast<double>(train_rs_bytes) / o.steps),
+        rows.push_back({"  reduce-scatter", zero::train::human_bytes(static_cast<double>(train_rs_bytes) / trained),
                         zero::train::human_bytes(rs_theory) +
                             " (gradients, once per micro-step)"});
-        rows.push_back({"  all-gather", zero::train::human_bytes(static_cast<double>(train_ag_bytes) / o.steps),
+        rows.push_back({"  all-gather", zero::train::human_bytes(static_cast<double>(train_ag_bytes) / trained),
                         zero::train::human_bytes(ag_theory) +
                             " (forward + backward; less when reused soon, more while tracing)"});
         rows.push_back({"  evaluation and sampling, all steps", zero::train::human_bytes(other_moved),
                         "(their forwards gather too; not in the per-step figures)"});
       } else {
-        rows.push_back({"communicated per step", zero::train::human_bytes(moved / o.steps),
+        rows.push_back({"communicated per step", zero::train::human_bytes(moved / trained),
                         zero::train::human_bytes(theory) + " (ring volume)"});
       }
       for (int r = 0; r < world; ++r) {
@@ -392,7 +644,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                         zero::train::human_bytes(figure(r, 1)), ""});
       }
       char rate[64];
-      std::snprintf(rate, sizeof(rate), "%.0f", config.train_batch_size * seq * o.steps / seconds);
+      std::snprintf(rate, sizeof(rate), "%.0f", config.train_batch_size * seq * trained / seconds);
       rows.push_back({"tokens/s", rate, ""});
       char losses[64];
       std::snprintf(losses, sizeof(losses), "%.4f -> %.4f", records.front().loss, records.back().loss);
@@ -400,8 +652,10 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       char val[32];
       std::snprintf(val, sizeof(val), "%.4f", last_val);
       rows.push_back({"validation loss", val, ""});
-      std::printf("\nsummary (%lld steps in %.1f s, %lld skipped)\n%s",
-                  static_cast<long long>(o.steps), seconds,
+      const std::string resumed =
+          first_step > 0 ? ", resumed after step " + std::to_string(first_step) : "";
+      std::printf("\nsummary (%lld steps in %.1f s%s, %lld skipped)\n%s",
+                  static_cast<long long>(trained), seconds, resumed.c_str(),
                   static_cast<long long>(engine->skipped_steps()),
                   zero::train::format_summary(rows).c_str());
       zero::train::write_loss_svg(o.out + "/loss.svg", records,
@@ -418,6 +672,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     std::fflush(stderr);
     comm->abort_job(1);
   }
+  return 1;  // not reached: abort_job ends the job (this silences -Wreturn-type)
 }
 
 }  // namespace
@@ -435,19 +690,48 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--encoder", o.encoder, "GPT-2 encoder.json for decoding samples")
       ->capture_default_str();
-  app.add_option("--steps", o.steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--steps", o.steps, "optimizer steps in all (a resumed run trains the rest)")
+      ->check(integer_at_least(1))->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "validation loss every K steps (0: only at the end)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(integer_at_least(0))->capture_default_str();
   app.add_option("--eval-batches", o.eval_batches, "validation micro-batches per rank")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(integer_at_least(1))->capture_default_str();
   app.add_option("--sample-every", o.sample_every, "print a generated sample every K steps (0: only at the end)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--sample-tokens", o.sample_tokens, "tokens per sample")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(integer_at_least(0))->capture_default_str();
+  app.add_option("--sample-tokens", o.sample_tokens, "tokens per sample")
+      ->check(integer_at_least(1))->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "tokens per sequence (default: min(context, 256))")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--out", o.out, "run directory")->capture_default_str();
+      ->check(integer_at_least(0));
+  app.add_option("--out", o.out, "run directory")->check(non_empty())->capture_default_str();
   app.add_option("--threads", o.threads, "libtorch threads per rank (default: cores / ranks)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
+  app.add_option("--dropout", o.dropout, "dropout probability of the model, in [0, 1)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            size_t used = 0;
+            double p = -1;
+            try {
+              p = std::stod(text, &used);
+            } catch (const std::exception&) {
+              used = 0;
+            }
+            if (used == 0 || used != text.size() || !(p >= 0 && p < 1)) {
+              return "expected a number in [0, 1), got '" + text + "'";
+            }
+            return {};
+          },
+          "IN [0, 1)"))
+      ->capture_default_str();
+  app.add_option("--save-every", o.save_every,
+                 "save a checkpoint every K steps and after the last (0: never)")
+      ->check(integer_at_least(0))->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "where checkpoints go and --resume auto looks (default: RUN_DIR/checkpoints)")
+      ->check(non_empty());
+  app.add_option("--resume", o.resume,
+                 "auto: from the checkpoint directory if it has one, else start afresh; DIR: "
+                 "from the checkpoint directory DIR (its latest) or the checkpoint DIR")
+      ->check(non_empty());
   zero::keep_freed_host_memory();
   std::shared_ptr<zero::Communicator> comm;
   try {
@@ -460,8 +744,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (comm->rank() == 0) return app.exit(e);
-    return e.get_exit_code();
+    if (e.get_exit_code() == 0) {  // --help
+      if (comm->rank() == 0) return app.exit(e);
+      return 0;
+    }
+    // Status 2 like every other bad input.
+    if (comm->rank() == 0) {
+      std::fprintf(stderr, "zero-train: error: %s\nRun with --help for more information.\n",
+                   e.what());
+    }
+    return 2;
   }
   return run(o, comm);
 }

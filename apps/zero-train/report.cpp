@@ -60,10 +60,22 @@ void Progress::finish() {
   std::fflush(stdout);
 }
 
-CsvLog::CsvLog(const std::string& path) : path_(path) {
-  file_ = std::fopen(path.c_str(), "w");
-  ZERO_CHECK(file_ != nullptr, "cannot write ", path, ": ", std::strerror(errno));
-  std::fprintf(file_, "step,loss,val_loss,lr,grad_norm,loss_scale,skipped,tokens_per_second,step_ms\n");
+namespace {
+constexpr const char* kCsvHeader =
+    "step,loss,val_loss,lr,grad_norm,loss_scale,skipped,tokens_per_second,step_ms";
+}  // namespace
+
+CsvLog::CsvLog(const std::string& path, const std::vector<std::string>& kept_rows) : path_(path) {
+  // Written under a temporary name and renamed, so a resumed run that dies here leaves the
+  // previous file whole; the open handle stays valid across the rename.
+  const std::string temporary = path + ".tmp";
+  file_ = std::fopen(temporary.c_str(), "w");
+  ZERO_CHECK(file_ != nullptr, "cannot write ", temporary, ": ", std::strerror(errno));
+  std::fprintf(file_, "%s\n", kCsvHeader);
+  for (const std::string& row : kept_rows) std::fprintf(file_, "%s\n", row.c_str());
+  std::fflush(file_);
+  ZERO_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot rename ", temporary,
+             " to ", path, ": ", std::strerror(errno));
 }
 
 CsvLog::~CsvLog() {
@@ -71,11 +83,51 @@ CsvLog::~CsvLog() {
 }
 
 void CsvLog::append(const StepRecord& r) {
-  std::fprintf(file_, "%lld,%.6f,", static_cast<long long>(r.step), r.loss);
-  if (r.val_loss >= 0) std::fprintf(file_, "%.6f", r.val_loss);
-  std::fprintf(file_, ",%.6g,%.6f,%g,%d,%.1f,%.1f\n", r.lr, r.grad_norm, r.loss_scale,
+  std::fprintf(file_, "%lld,%.17g,", static_cast<long long>(r.step), r.loss);
+  if (r.val_loss >= 0) std::fprintf(file_, "%.17g", r.val_loss);
+  std::fprintf(file_, ",%.17g,%.17g,%g,%d,%.1f,%.1f\n", r.lr, r.grad_norm, r.loss_scale,
                r.skipped ? 1 : 0, r.tokens_per_second, r.step_ms);
   std::fflush(file_);
+}
+
+MetricsRows read_metrics(const std::string& path, int64_t last_step) {
+  MetricsRows rows;
+  std::ifstream in(path);
+  if (!in.good()) return rows;
+  std::string line;
+  std::getline(in, line);
+  ZERO_CHECK(line == kCsvHeader, path, " is not a zero-train metrics file: its first line is '",
+             line, "', expected '", kCsvHeader, "'");
+  for (int64_t number = 2; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    std::vector<std::string> fields;
+    std::stringstream split(line);
+    for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
+    if (!line.empty() && line.back() == ',') fields.emplace_back();
+    ZERO_CHECK(fields.size() == 9, path, " line ", number, ": ", fields.size(),
+               " fields where the header has 9: '", line, "'");
+    StepRecord r;
+    try {
+      r.step = std::stoll(fields[0]);
+      r.loss = std::stod(fields[1]);
+      r.val_loss = fields[2].empty() ? -1 : std::stod(fields[2]);
+      r.lr = std::stod(fields[3]);
+      r.grad_norm = std::stod(fields[4]);
+      r.loss_scale = std::stod(fields[5]);
+      r.skipped = fields[6] == "1";
+      r.tokens_per_second = std::stod(fields[7]);
+      r.step_ms = std::stod(fields[8]);
+    } catch (const std::exception&) {
+      ZERO_CHECK(false, path, " line ", number, " has a field that is not a number: '", line, "'");
+    }
+    if (r.step > last_step) {
+      ++rows.dropped;
+      continue;
+    }
+    rows.records.push_back(r);
+    rows.lines.push_back(line);
+  }
+  return rows;
 }
 
 void write_loss_svg(const std::string& path, const std::vector<StepRecord>& records,

@@ -36,10 +36,13 @@ class Progress {
   bool bar_drawn_ = false;
 };
 
-/// Appends one CSV row per step to `path` (header written on open).
+/// Appends one CSV row per step to `path`. Opening writes the header and then `kept_rows`
+/// verbatim (a resumed run's earlier rows, see read_metrics), replacing the file atomically.
+/// Losses, learning rate and norm are printed at full precision (%.17g): two runs' rows
+/// compare bitwise as text.
 class CsvLog {
  public:
-  explicit CsvLog(const std::string& path);
+  explicit CsvLog(const std::string& path, const std::vector<std::string>& kept_rows = {});
   ~CsvLog();
   void append(const StepRecord& record);
 
@@ -47,6 +50,16 @@ class CsvLog {
   std::FILE* file_ = nullptr;
   std::string path_;
 };
+
+/// The rows of a metrics.csv written by CsvLog whose step is at most `last_step`, as records
+/// and as their text lines (for a resumed run, which continues the file). Nothing when the
+/// file does not exist; throws zero::Error naming the file and line for a malformed row.
+struct MetricsRows {
+  std::vector<StepRecord> records;
+  std::vector<std::string> lines;
+  int64_t dropped = 0;  // rows after last_step (trained after the checkpoint, then lost)
+};
+MetricsRows read_metrics(const std::string& path, int64_t last_step);
 
 /// A self-contained SVG line plot of training (and validation) loss against step.
 void write_loss_svg(const std::string& path, const std::vector<StepRecord>& records,

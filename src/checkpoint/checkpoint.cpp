@@ -28,18 +28,16 @@
 #include <ATen/core/grad_mode.h>
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
+#include "checkpoint/format.h"
 #include "engine/engine_core.h"
 #include "engine/fingerprint.h"
 #include "zero/error.h"
@@ -51,42 +49,10 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-constexpr const char* kFormat = "zero-checkpoint";
-constexpr int kVersion = 1;
-constexpr const char* kMetadataFile = "metadata.json";
-constexpr const char* kLatestFile = "latest";
-
-std::string rank_file_name(int rank) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "rank_%05d.safetensors", rank);
-  return name;
-}
-
-std::string piece_key(const std::string& kind, const std::string& name, int64_t begin) {
-  return kind + "/" + name + "/" + std::to_string(begin);
-}
+using namespace checkpoint_format;  // See Note [Checkpoint format]
 
 std::string system_error(const std::string& what, const fs::path& path) {
   return what + " '" + path.string() + "': " + std::strerror(errno);
-}
-
-// CRC-32 (zlib) of a whole file, read in 4 MiB pieces.
-uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  ZERO_CHECK(file != nullptr, system_error("cannot open checkpoint file", path));
-  std::vector<unsigned char> buffer(4 << 20);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  int64_t total = 0;
-  size_t got = 0;
-  while ((got = std::fread(buffer.data(), 1, buffer.size(), file)) > 0) {
-    crc = crc32(crc, buffer.data(), static_cast<uInt>(got));
-    total += static_cast<int64_t>(got);
-  }
-  const bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  ZERO_CHECK(!failed, system_error("cannot read checkpoint file", path));
-  if (bytes != nullptr) *bytes = total;
-  return static_cast<uint32_t>(crc);
 }
 
 void fsync_path(const fs::path& path, bool directory) {
@@ -110,14 +76,6 @@ void write_file_atomically(const fs::path& path, const std::string& text) {
   fsync_path(temporary, false);
   fs::rename(temporary, path);
   fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), true);
-}
-
-std::string read_text_file(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  ZERO_CHECK(in.good(), "cannot open ", what, " '", path.string(), "': ", std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Collective: throws on every rank when any rank's `error` is non-empty, naming the rank.
@@ -147,15 +105,6 @@ Json scaler_json(const LossScaler::State& s) {
           {"last_overflow_iteration", s.last_overflow_iteration}};
 }
 
-const char* dtype_text(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "fp32";
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "fp16";
-    default: return "other";
-  }
-}
-
 const char* optimizer_name(OptimizerType type) {
   switch (type) {
     case OptimizerType::kAdamW: return "AdamW";
@@ -164,20 +113,6 @@ const char* optimizer_name(OptimizerType type) {
   }
   return "unknown";
 }
-
-void check_tag(const std::string& tag) {
-  ZERO_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag[0] != '.' &&
-                 tag != kLatestFile,
-             "checkpoint tag '", tag, "' is not allowed: it must be non-empty, contain no '/', ",
-             "not start with '.', and not be '", kLatestFile, "'");
-}
-
-// One piece of a parameter in a saved rank file.
-struct SavedPiece {
-  int file = 0;
-  int64_t begin = 0;
-  int64_t end = 0;
-};
 
 }  // namespace
 
@@ -204,7 +139,7 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
   }
   const fs::path root(dir);
   const fs::path final_dir = root / tag;
-  const fs::path temporary_dir = root / (".tmp-" + tag);
+  const fs::path temporary_dir = root / (kTemporaryPrefix + tag);
 
   // 1. Rank 0 prepares an empty temporary directory.
   agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
@@ -320,30 +255,9 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
   std::string tag = tag_in;
   fs::path checkpoint_dir;
   const std::string error = capture_error([&] {
-    if (tag.empty()) {
-      const fs::path latest = root / kLatestFile;
-      ZERO_CHECK(fs::exists(latest), "no checkpoint to load in '", root.string(), "': '",
-                 latest.string(), "' does not exist (no save completed there)");
-      tag = read_text_file(latest, "checkpoint index");
-      while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
-    }
-    check_tag(tag);
+    tag = resolve_tag(root, tag);
     checkpoint_dir = root / tag;
-    const fs::path metadata_path = checkpoint_dir / kMetadataFile;
-    ZERO_CHECK(fs::exists(metadata_path), "checkpoint '", checkpoint_dir.string(),
-               "' is incomplete or missing: '", metadata_path.string(), "' does not exist");
-    try {
-      metadata = Json::parse(read_text_file(metadata_path, "checkpoint metadata"));
-    } catch (const Json::exception& e) {
-      ZERO_CHECK(false, "checkpoint metadata '", metadata_path.string(), "' is not valid JSON: ",
-                 e.what());
-    }
-    ZERO_CHECK(metadata.value("format", std::string()) == kFormat, "'", metadata_path.string(),
-               "' is not a zero checkpoint (format '", metadata.value("format", std::string()),
-               "', expected '", kFormat, "')");
-    const int version = metadata.value("version", -1);
-    ZERO_CHECK(version == kVersion, "'", metadata_path.string(), "' has checkpoint format version ",
-               version, "; this build reads version ", kVersion);
+    metadata = read_metadata(checkpoint_dir);
 
     // The same model: every parameter by name and shape.
     std::map<std::string, std::vector<int64_t>> saved_shapes;
@@ -368,13 +282,7 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
 
     // Which pieces of which files this rank needs.
     const Json& files = metadata.at("files");
-    std::map<std::string, std::vector<SavedPiece>> pieces_of;
-    for (int f = 0; f < static_cast<int>(files.size()); ++f) {
-      for (const auto& piece : files[f].at("pieces")) {
-        pieces_of[piece.at(0).get<std::string>()].push_back(
-            {f, piece.at(1).get<int64_t>(), piece.at(2).get<int64_t>()});
-      }
-    }
+    std::map<std::string, std::vector<SavedPiece>> pieces_of = saved_pieces(files);
     std::vector<bool> needed(files.size(), false);
     for (const StateSegment& s : wanted) {
       for (const SavedPiece& piece : pieces_of[params[s.param].name]) {
@@ -388,15 +296,7 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
       const bool rng_file = same_world && f == rank;
       if (!needed[f] && !rng_file) continue;
       const fs::path path = checkpoint_dir / files[f].at("file").get<std::string>();
-      ZERO_CHECK(fs::exists(path), "checkpoint file '", path.string(), "' is missing");
-      int64_t bytes = 0;
-      const uint32_t crc = file_crc32(path, &bytes);
-      ZERO_CHECK(bytes == files[f].at("bytes").get<int64_t>(), "checkpoint file '", path.string(),
-                 "' has ", bytes, " bytes but the metadata records ",
-                 files[f].at("bytes").get<int64_t>(), " (truncated or replaced)");
-      ZERO_CHECK(crc == files[f].at("crc32").get<uint32_t>(), "checkpoint file '", path.string(),
-                 "' is corrupted: CRC-32 ", crc, " does not match the recorded ",
-                 files[f].at("crc32").get<uint32_t>());
+      verify_rank_file(path, files[f]);
       const SafetensorsFile file = read_safetensors(path.string());
       auto tensor = [&](const std::string& key) -> const at::Tensor& {
         const auto it = file.tensors.find(key);

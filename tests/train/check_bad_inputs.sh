@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Each bad input gives one clear message naming the file or key and the value, a non-zero exit,
+# Each bad input gives one clear message naming the file or key and the value, exit status 2,
 # no stack dump, and no rank left running (every case must finish well within its timeout).
 #   check_bad_inputs.sh ZERO_TRAIN ZERO_RUN WORK_DIR
 set -uo pipefail
@@ -44,7 +44,7 @@ check() {
   timeout 120 "$zero_run" -n 2 -- "$zero_train" --steps 2 --out "$work/run-$name" "$@" >"$out" 2>&1
   local status=$?
   local ok=1
-  if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then ok=0; echo "[$name] exit status $status (expected a failure that ends every rank)"; fi
+  if [ "$status" -ne 2 ]; then ok=0; echo "[$name] exit status $status (expected 2: a bad input, every rank ended)"; fi
   for e in "${expected[@]}"; do
     grep -qF -- "$e" "$out" || { ok=0; echo "[$name] message lacks '$e'"; }
   done
@@ -66,8 +66,20 @@ check config_typo "zero_optimizaton" "zero_optimization" -- --config "$work/typo
 check config_missing "$work/nope.json" -- --config "$work/nope.json"
 check batch_not_divisible "train_batch_size" "3" -- --config "$work/batch.json"
 check unknown_model "gpt3" "gpt2-tiny" -- --config "$good_config" --model gpt3
-# No rank may outlive its job.
-# (Anchored: this script's own command line also contains the path.)
-if pgrep -f "^$zero_train " >/dev/null; then echo "ranks left running:"; pgrep -af "^$zero_train "; failures=$((failures + 1)); fi
+check steps_zero "--steps" "'0'" -- --config "$good_config" --steps 0
+check save_every_negative "--save-every" "'-1'" -- --config "$good_config" --save-every -1
+check save_every_not_a_number "--save-every" "'often'" -- --config "$good_config" --save-every often
+check resume_missing "--resume" "$work/none" -- --config "$good_config" --resume "$work/none"
+mkdir -p "$work/bad-checkpoint/global_step1"; echo global_step1 > "$work/bad-checkpoint/latest"
+echo '{"format": "zero-checkpoint", "version": 99}' > "$work/bad-checkpoint/global_step1/metadata.json"
+check checkpoint_dir_in_use "$work/bad-checkpoint" "latest: global_step1" "--resume auto" -- \
+  --config "$good_config" --save-every 1 --checkpoint-dir "$work/bad-checkpoint"
+check resume_bad_checkpoint "cannot resume" "version 99" -- --config "$good_config" --resume "$work/bad-checkpoint"
+# No rank may outlive its job. Only this script's ranks count (every case passes --out under
+# $work): other tests may run zero-train at the same time (ctest -j). Anchored at the binary,
+# since this script's own command line also contains the paths.
+if pgrep -f "^$zero_train .*--out $work/" >/dev/null; then
+  echo "ranks left running:"; pgrep -af "^$zero_train .*--out $work/"; failures=$((failures + 1))
+fi
 echo "$failures failing case(s)"
 [ "$failures" -eq 0 ]

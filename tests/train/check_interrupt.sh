@@ -20,6 +20,9 @@ for _ in $(seq 1 60); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.5; do
 if kill -0 "$launcher" 2>/dev/null; then echo "zero-run still running 30 s after SIGINT"; kill -KILL "$launcher"; exit 1; fi
 wait "$launcher"; status=$?
 sleep 1
-if pgrep -f "^$zero_train " >/dev/null; then echo "ranks left running:"; pgrep -af "^$zero_train "; exit 1; fi
+# Only this job's ranks (other tests may run zero-train at the same time under ctest -j).
+if pgrep -f "^$zero_train .*--out $out( |\$)" >/dev/null; then
+  echo "ranks left running:"; pgrep -af "^$zero_train .*--out $out( |\$)"; exit 1
+fi
 [ "$status" -ne 0 ] || { echo "interrupted job exited 0"; exit 1; }
 echo "OK: stopped after $(($(wc -l < "$out/metrics.csv") - 1)) steps, exit status $status, no rank left"

@@ -1,0 +1,206 @@
+// Reading checkpoints in one process, without an engine (zero/checkpoint.h). The layout and
+// the checks are checkpoint.cpp's (src/checkpoint/format.h); see Note [Checkpoint format].
+#include "zero/checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "checkpoint/format.h"
+#include "zero/error.h"
+#include "zero/safetensors.h"
+
+namespace zero {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using namespace checkpoint_format;
+
+// The parameters and pieces of one checkpoint, from its metadata.
+struct Layout {
+  fs::path dir;   // DIR/TAG
+  std::string tag;
+  Json metadata;
+  std::vector<CheckpointSummary::Parameter> parameters;
+  std::map<std::string, std::vector<SavedPiece>> pieces;  // by parameter name
+};
+
+Layout read_layout(const std::string& dir, const std::string& tag_in) {
+  Layout layout;
+  layout.tag = resolve_tag(fs::path(dir), tag_in);
+  layout.dir = fs::path(dir) / layout.tag;
+  layout.metadata = read_metadata(layout.dir);
+  const fs::path metadata_path = layout.dir / kMetadataFile;
+  try {
+    for (const Json& p : layout.metadata.at("parameters")) {
+      CheckpointSummary::Parameter parameter;
+      parameter.name = p.at("name").get<std::string>();
+      parameter.shape = p.at("shape").get<std::vector<int64_t>>();
+      parameter.numel = 1;
+      for (int64_t d : parameter.shape) parameter.numel *= d;
+      layout.parameters.push_back(std::move(parameter));
+    }
+    layout.pieces = saved_pieces(layout.metadata.at("files"));
+  } catch (const Json::exception& e) {
+    ZERO_CHECK(false, "checkpoint metadata '", metadata_path.string(), "' is malformed: ",
+               e.what());
+  }
+  std::set<std::string> names;
+  for (const auto& p : layout.parameters) names.insert(p.name);
+  for (const auto& [name, pieces] : layout.pieces) {
+    ZERO_CHECK(names.count(name) == 1, "checkpoint metadata '", metadata_path.string(),
+               "' lists pieces of '", name, "', which is not among its parameters");
+  }
+  return layout;
+}
+
+// Coverage problems of every parameter: each element must be in exactly one piece.
+std::vector<std::string> coverage_problems(const Layout& layout) {
+  std::vector<std::string> problems;
+  for (const auto& p : layout.parameters) {
+    const auto it = layout.pieces.find(p.name);
+    std::string problem =
+        coverage_problem(p.name, p.numel, it == layout.pieces.end() ? std::vector<SavedPiece>()
+                                                                    : it->second);
+    if (!problem.empty()) {
+      problems.push_back("checkpoint '" + layout.dir.string() + "': " + problem);
+    }
+  }
+  return problems;
+}
+
+// The whole parameters in fp32, in the metadata's order.
+std::vector<std::pair<std::string, at::Tensor>> assemble_master(const Layout& layout) {
+  const std::vector<std::string> problems = coverage_problems(layout);
+  ZERO_CHECK(problems.empty(), problems.front(), " (the pieces must cover every element once)");
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  std::map<std::string, at::Tensor> flat;  // by name: views of `weights`
+  for (const auto& p : layout.parameters) {
+    weights.emplace_back(p.name, at::empty(p.shape, at::kFloat));
+    flat[p.name] = weights.back().second.view({-1});
+  }
+  const Json& files = layout.metadata.at("files");
+  for (int f = 0; f < static_cast<int>(files.size()); ++f) {
+    const fs::path path = layout.dir / files[f].at("file").get<std::string>();
+    verify_rank_file(path, files[f]);
+    const SafetensorsFile file = read_safetensors(path.string());
+    for (const auto& [name, pieces] : layout.pieces) {
+      for (const SavedPiece& piece : pieces) {
+        if (piece.file != f) continue;
+        const std::string key = piece_key("master", name, piece.begin);
+        const auto it = file.tensors.find(key);
+        ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(), "' lacks '", key,
+                   "' that the metadata lists");
+        const at::Tensor& value = it->second;
+        ZERO_CHECK(value.scalar_type() == at::kFloat && value.dim() == 1 &&
+                       value.numel() == piece.end - piece.begin,
+                   "checkpoint file '", path.string(), "': '", key, "' is ", value.scalar_type(),
+                   value.sizes(), " where the metadata says fp32 [", piece.end - piece.begin, "]");
+        flat[name].narrow(0, piece.begin, piece.end - piece.begin).copy_(value);
+      }
+    }
+  }
+  return weights;
+}
+
+void check_export_dtype(at::ScalarType dtype) {
+  ZERO_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+             "checkpoint weights can be read as fp32, bf16 or fp16, not ", dtype);
+}
+
+}  // namespace
+
+CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& tag, bool verify) {
+  const Layout layout = read_layout(dir, tag);
+  const Json& m = layout.metadata;
+  CheckpointSummary s;
+  s.dir = dir;
+  s.tag = layout.tag;
+  s.path = layout.dir.string();
+  try {
+    s.format = m.at("format").get<std::string>();
+    s.version = m.at("version").get<int>();
+    s.world_size = m.at("world_size").get<int>();
+    s.stage = m.at("stage").get<int>();
+    s.param_dtype = m.at("param_dtype").get<std::string>();
+    s.master_dtype = m.at("master_dtype").get<std::string>();
+    s.optimizer = m.at("optimizer").at("type").get<std::string>();
+    s.optimizer_state = m.at("optimizer").at("state").get<std::vector<std::string>>();
+    const Json& c = m.at("counters");
+    s.global_steps = c.at("global_steps").get<int64_t>();
+    s.skipped_steps = c.at("skipped_steps").get<int64_t>();
+    s.micro_steps = c.at("micro_steps").get<int64_t>();
+    s.optimizer_steps = c.at("optimizer_steps").get<int64_t>();
+    s.gradient_accumulation_steps = c.at("gradient_accumulation_steps").get<int>();
+    s.lr = c.at("lr").get<double>();
+    const Json& scaler = c.at("loss_scaler");
+    s.loss_scaler.scale = scaler.at("scale").get<double>();
+    s.loss_scaler.current_hysteresis = scaler.at("current_hysteresis").get<int>();
+    s.loss_scaler.iteration = scaler.at("iteration").get<int64_t>();
+    s.loss_scaler.last_overflow_iteration = scaler.at("last_overflow_iteration").get<int64_t>();
+    s.scheduler = m.at("scheduler").get<bool>();
+    s.client_state = m.at("client_state").dump();
+    s.config = m.value("config", Json::object()).dump();
+    for (const Json& entry : m.at("files")) {
+      CheckpointSummary::File file;
+      file.name = entry.at("file").get<std::string>();
+      file.bytes = entry.at("bytes").get<int64_t>();
+      file.crc32 = entry.at("crc32").get<uint32_t>();
+      for (const Json& piece : entry.at("pieces")) {
+        ++file.pieces;
+        file.elements += piece.at(2).get<int64_t>() - piece.at(1).get<int64_t>();
+      }
+      s.files.push_back(std::move(file));
+    }
+  } catch (const Json::exception& e) {
+    ZERO_CHECK(false, "checkpoint metadata '", (layout.dir / kMetadataFile).string(),
+               "' is malformed: ", e.what());
+  }
+  s.parameters = layout.parameters;
+  for (const auto& p : s.parameters) s.num_parameters += p.numel;
+  s.problems = coverage_problems(layout);
+  if (verify) {
+    s.verified = true;
+    for (size_t f = 0; f < s.files.size(); ++f) {
+      try {
+        verify_rank_file(layout.dir / s.files[f].name, m.at("files")[f]);
+      } catch (const Error& e) {
+        s.files[f].problem = e.what();
+        s.problems.push_back(e.what());
+      }
+    }
+  }
+  return s;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> read_checkpoint_weights(const std::string& dir,
+                                                                        const std::string& tag,
+                                                                        at::ScalarType dtype) {
+  check_export_dtype(dtype);
+  std::vector<std::pair<std::string, at::Tensor>> weights = assemble_master(read_layout(dir, tag));
+  if (dtype != at::kFloat) {
+    for (auto& [name, value] : weights) value = value.to(dtype);
+  }
+  return weights;
+}
+
+int64_t export_checkpoint_weights(const std::string& dir, const std::string& tag,
+                                  const std::string& out, at::ScalarType dtype) {
+  check_export_dtype(dtype);
+  // fp32 whole, converted one tensor at a time as it is written.
+  const std::vector<std::pair<std::string, at::Tensor>> weights =
+      assemble_master(read_layout(dir, tag));
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& [name, value] : weights) entries.push_back({name, dtype, value.sizes().vec()});
+  SafetensorsWriter writer(out, std::move(entries), {{"format", "pt"}});
+  for (const auto& [name, value] : weights) writer.write(name, value.to(dtype));
+  writer.finish();
+  return writer.file_bytes();
+}
+
+}  // namespace zero

@@ -1,0 +1,156 @@
+#include "checkpoint/format.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "zero/error.h"
+
+namespace zero::checkpoint_format {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+std::string rank_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank_%05d.safetensors", rank);
+  return name;
+}
+
+std::string piece_key(const std::string& kind, const std::string& name, int64_t begin) {
+  return kind + "/" + name + "/" + std::to_string(begin);
+}
+
+const char* dtype_text(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "fp32";
+    case at::kBFloat16: return "bf16";
+    case at::kHalf: return "fp16";
+    default: return "other";
+  }
+}
+
+void check_tag(const std::string& tag) {
+  ZERO_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag[0] != '.' &&
+                 tag != kLatestFile,
+             "checkpoint tag '", tag, "' is not allowed: it must be non-empty, contain no '/', ",
+             "not start with '.', and not be '", kLatestFile, "'");
+}
+
+std::string read_text_file(const fs::path& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  ZERO_CHECK(in.good(), "cannot open ", what, " '", path.string(), "': ", std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string resolve_tag(const fs::path& root, const std::string& tag_in) {
+  std::string tag = tag_in;
+  if (tag.empty()) {
+    const fs::path latest = root / kLatestFile;
+    ZERO_CHECK(fs::exists(latest), "no checkpoint to load in '", root.string(), "': '",
+               latest.string(), "' does not exist (no save completed there)");
+    tag = read_text_file(latest, "checkpoint index");
+    while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  }
+  check_tag(tag);
+  return tag;
+}
+
+Json read_metadata(const fs::path& checkpoint_dir) {
+  const fs::path path = checkpoint_dir / kMetadataFile;
+  ZERO_CHECK(fs::exists(path), "checkpoint '", checkpoint_dir.string(),
+             "' is incomplete or missing: '", path.string(), "' does not exist");
+  Json metadata;
+  try {
+    metadata = Json::parse(read_text_file(path, "checkpoint metadata"));
+  } catch (const Json::exception& e) {
+    ZERO_CHECK(false, "checkpoint metadata '", path.string(), "' is not valid JSON: ", e.what());
+  }
+  const std::string format =
+      metadata.is_object() ? metadata.value("format", std::string()) : std::string();
+  ZERO_CHECK(format == kFormat, "'", path.string(), "' is not a zero checkpoint (format '",
+             format, "', expected '", kFormat, "')");
+  const int version = metadata.value("version", -1);
+  ZERO_CHECK(version == kVersion, "'", path.string(), "' has checkpoint format version ",
+             version, "; this build reads version ", kVersion);
+  return metadata;
+}
+
+uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  ZERO_CHECK(file != nullptr, "cannot open checkpoint file '", path.string(), "': ",
+             std::strerror(errno));
+  std::vector<unsigned char> buffer(4 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int64_t total = 0;
+  size_t got = 0;
+  while ((got = std::fread(buffer.data(), 1, buffer.size(), file)) > 0) {
+    crc = crc32(crc, buffer.data(), static_cast<uInt>(got));
+    total += static_cast<int64_t>(got);
+  }
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  ZERO_CHECK(!failed, "cannot read checkpoint file '", path.string(), "': ", std::strerror(errno));
+  if (bytes != nullptr) *bytes = total;
+  return static_cast<uint32_t>(crc);
+}
+
+void verify_rank_file(const fs::path& path, const Json& entry) {
+  ZERO_CHECK(fs::exists(path), "checkpoint file '", path.string(), "' is missing");
+  const int64_t recorded_bytes = entry.at("bytes").get<int64_t>();
+  const uint32_t recorded_crc = entry.at("crc32").get<uint32_t>();
+  int64_t bytes = 0;
+  const uint32_t crc = file_crc32(path, &bytes);
+  ZERO_CHECK(bytes == recorded_bytes, "checkpoint file '", path.string(), "' has ", bytes,
+             " bytes but the metadata records ", recorded_bytes, " (truncated or replaced)");
+  ZERO_CHECK(crc == recorded_crc, "checkpoint file '", path.string(), "' is corrupted: CRC-32 ",
+             crc, " does not match the recorded ", recorded_crc);
+}
+
+std::map<std::string, std::vector<SavedPiece>> saved_pieces(const Json& files) {
+  std::map<std::string, std::vector<SavedPiece>> pieces_of;
+  for (int f = 0; f < static_cast<int>(files.size()); ++f) {
+    for (const auto& piece : files[f].at("pieces")) {
+      pieces_of[piece.at(0).get<std::string>()].push_back(
+          {f, piece.at(1).get<int64_t>(), piece.at(2).get<int64_t>()});
+    }
+  }
+  return pieces_of;
+}
+
+std::string coverage_problem(const std::string& name, int64_t numel,
+                             std::vector<SavedPiece> pieces) {
+  std::sort(pieces.begin(), pieces.end(),
+            [](const SavedPiece& a, const SavedPiece& b) { return a.begin < b.begin; });
+  int64_t next = 0;  // every element before `next` is covered once
+  for (const SavedPiece& p : pieces) {
+    if (p.begin < 0 || p.end > numel || p.begin >= p.end) {
+      return "parameter '" + name + "' has a piece [" + std::to_string(p.begin) + ", " +
+             std::to_string(p.end) + ") outside its " + std::to_string(numel) + " elements";
+    }
+    if (p.begin > next) {
+      return "no piece of parameter '" + name + "' holds elements [" + std::to_string(next) +
+             ", " + std::to_string(p.begin) + ")";
+    }
+    if (p.begin < next) {
+      return "pieces of parameter '" + name + "' overlap at elements [" +
+             std::to_string(p.begin) + ", " + std::to_string(std::min(next, p.end)) + ")";
+    }
+    next = p.end;
+  }
+  if (next < numel) {
+    return "no piece of parameter '" + name + "' holds elements [" + std::to_string(next) + ", " +
+           std::to_string(numel) + ")";
+  }
+  return {};
+}
+
+}  // namespace zero::checkpoint_format

@@ -1,0 +1,74 @@
+// The on-disk layout of a checkpoint (Note [Checkpoint format] in checkpoint.cpp), shared by
+// the engine's save/load (checkpoint.cpp) and the standalone reader (checkpoint_reader.cpp):
+// file names, tensor keys, the metadata's format and version, and the checks every reader
+// makes (tag, metadata, each file's size and CRC-32). Internal: not part of the public API.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zero::checkpoint_format {
+
+constexpr const char* kFormat = "zero-checkpoint";  // metadata.json "format"
+constexpr int kVersion = 1;                         // metadata.json "version"
+constexpr const char* kMetadataFile = "metadata.json";
+constexpr const char* kLatestFile = "latest";
+constexpr const char* kTemporaryPrefix = ".tmp-";   // DIR/.tmp-TAG while a save is running
+
+/// "rank_00000.safetensors".
+std::string rank_file_name(int rank);
+
+/// "KIND/NAME/BEGIN": the tensor of a rank file holding elements [BEGIN, BEGIN + numel) of the
+/// flattened parameter NAME; KIND is "master", an optimizer state ("exp_avg", ...) or "param16".
+std::string piece_key(const std::string& kind, const std::string& name, int64_t begin);
+
+/// "fp32", "bf16", "fp16" (metadata.json "param_dtype"); "other" for any other dtype.
+const char* dtype_text(at::ScalarType dtype);
+
+/// Throws zero::Error unless `tag` can name a checkpoint directory: non-empty, no '/', not
+/// starting with '.', not "latest".
+void check_tag(const std::string& tag);
+
+/// The whole file as text; an error names `what` and the path.
+std::string read_text_file(const std::filesystem::path& path, const std::string& what);
+
+/// `tag` itself when non-empty (checked), else the tag DIR/latest names; throws zero::Error
+/// when there is no DIR/latest.
+std::string resolve_tag(const std::filesystem::path& root, const std::string& tag);
+
+/// Reads and parses DIR/TAG/metadata.json and checks its "format" and "version"; throws
+/// zero::Error naming the file when it is missing, not JSON, not a zero checkpoint or of
+/// another format version.
+nlohmann::json read_metadata(const std::filesystem::path& checkpoint_dir);
+
+/// CRC-32 (zlib's crc32) of a whole file, read in 4 MiB pieces; its size in `bytes`.
+uint32_t file_crc32(const std::filesystem::path& path, int64_t* bytes);
+
+/// Checks the rank file `path` against its metadata entry (metadata.json "files"[i]: "file",
+/// "bytes", "crc32", "pieces"): it exists, has the recorded size and the recorded CRC-32.
+/// Throws zero::Error naming the file and what is wrong (missing, truncated, corrupted).
+void verify_rank_file(const std::filesystem::path& path, const nlohmann::json& entry);
+
+/// One piece [begin, end) of a parameter, saved in metadata.json "files"[file].
+struct SavedPiece {
+  int file = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+/// Every parameter's saved pieces by parameter name, from metadata.json "files", in file order.
+std::map<std::string, std::vector<SavedPiece>> saved_pieces(const nlohmann::json& files);
+
+/// "" when `pieces` cover [0, numel) exactly once, else what is wrong (a gap, an overlap, a
+/// piece out of range), naming the parameter and the elements.
+std::string coverage_problem(const std::string& name, int64_t numel,
+                             std::vector<SavedPiece> pieces);
+
+}  // namespace zero::checkpoint_format

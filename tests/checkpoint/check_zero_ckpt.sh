@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# zero-ckpt end to end on a real 2-rank checkpoint (stage 3, bf16): inspect and --verify
+# summarize it, export writes fp32 and bf16 files (check_zero_ckpt_export.py reads them with
+# Hugging Face's safetensors), and each user error is one "zero-ckpt: error:" line with exit 2
+# (a failed --verify: exit 1), never a stack dump.
+#   check_zero_ckpt.sh ZERO_CKPT ZERO_RUN MAKE_TEST_CHECKPOINT WORK_DIR
+set -uo pipefail
+zero_ckpt="$1"; zero_run="$2"; make_checkpoint="$3"; work="$4"
+rm -rf "$work"; mkdir -p "$work"
+ckpt="$work/ckpt"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+if ! timeout 300 "$zero_run" -n 2 -- "$make_checkpoint" "$ckpt" "$work/reference.safetensors" 3 bf16 \
+     >"$work/make.out" 2>&1; then
+  cat "$work/make.out"; echo "FAIL: could not make the test checkpoint"; exit 1
+fi
+
+# run NAME EXPECTED_STATUS EXPECTED_SUBSTRING... -- ARGS: one zero-ckpt call.
+run() {
+  local name="$1" expected_status="$2"; shift 2
+  local expected=()
+  while [ "$1" != "--" ]; do expected+=("$1"); shift; done
+  shift
+  local out="$work/$name.out"
+  timeout 120 "$zero_ckpt" "$@" >"$out" 2>&1
+  local status=$? ok=1
+  [ "$status" -eq "$expected_status" ] || { ok=0; echo "[$name] exit status $status, expected $expected_status"; }
+  for e in "${expected[@]}"; do
+    grep -qF -- "$e" "$out" || { ok=0; echo "[$name] output lacks '$e'"; }
+  done
+  if grep -qiE "terminate called|stack trace|backtrace|Exception raised from|frame #" "$out"; then
+    ok=0; echo "[$name] stack dump in the output"
+  fi
+  if [ "$expected_status" -eq 2 ] && [ "$(grep -c 'zero-ckpt: error:' "$out")" -ne 1 ]; then
+    ok=0; echo "[$name] expected exactly one 'zero-ckpt: error:' line"
+  fi
+  if [ "$ok" -eq 1 ]; then echo "[$name] ok (exit $status)"; else
+    failures=$((failures + 1)); sed 's/^/    | /' "$out"; fi
+}
+
+run inspect 0 "tag global_step2" "2 ranks at ZeRO stage 3" "parameters bf16, master weights fp32" \
+    "AdamW (state: exp_avg, exp_avg_sq)" "2 global steps" "client state {\"data_step\":2}" \
+    "transformer.wte.weight" "[97, 32]" "transformer.h.1.mlp.c_fc.weight" "[32, 128]" \
+    "rank_00000.safetensors" "rank_00001.safetensors" "pieces cover every element once" \
+    -- inspect "$ckpt"
+run inspect_config 0 "config       train_batch_size 4, micro-batch 2 per rank" "effective config:" \
+    "\"zero_optimization\": {" "\"stage3_param_persistence_threshold\": 0" -- inspect "$ckpt" --config
+run inspect_verify 0 "every file's size and CRC-32 match" -- inspect "$ckpt" --verify --tag global_step2
+run export_fp32 0 "wrote $work/model-fp32.safetensors" "as fp32" \
+    -- export "$ckpt" --out "$work/model-fp32.safetensors"
+run export_bf16 0 "as bf16" -- export "$ckpt" --out "$work/model-bf16.safetensors" --dtype bf16
+run export_fp16 0 "as fp16" -- export "$ckpt" --out "$work/model-fp16.safetensors" --dtype fp16
+
+# User errors.
+run no_checkpoint 2 "no checkpoint to load in '$work/none'" -- inspect "$work/none"
+run unknown_tag 2 "is incomplete or missing" -- inspect "$ckpt" --tag global_step9
+run no_out 2 "--out is required" -- export "$ckpt"
+run bad_dtype 2 "int8" -- export "$ckpt" --out "$work/x.safetensors" --dtype int8
+run no_command 2 "A subcommand is required" --
+run unknown_command 2 "unknown command 'convert'" -- convert "$ckpt"
+run help 0 "inspect" "export" -- --help
+
+# Damage: a flipped byte is found by --verify (exit 1) and refused by export (exit 2).
+cp -r "$ckpt" "$work/damaged"
+file="$work/damaged/global_step2/rank_00001.safetensors"
+python3 - "$file" <<'PY'
+import os, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    f.seek(os.path.getsize(path) // 2)
+    byte = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([byte[0] ^ 0x10]))
+PY
+run verify_damaged 1 "rank_00001.safetensors  " "BAD" "1 problem" "is corrupted: CRC-32" \
+    -- inspect "$work/damaged" --verify
+run export_damaged 2 "rank_00001.safetensors' is corrupted" \
+    -- export "$work/damaged" --out "$work/damaged.safetensors"
+[ ! -e "$work/damaged.safetensors" ] || fail "export of a damaged checkpoint left a file"
+
+if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
+echo "ok: zero-ckpt inspect and export"
