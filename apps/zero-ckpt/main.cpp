@@ -37,9 +37,7 @@ std::string bytes_text(int64_t bytes) {
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << "]";
+  out << c10::IntArrayRef(shape);  // "[97, 32]"
   return out.str();
 }
 
