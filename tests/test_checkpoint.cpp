@@ -19,18 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory shared by all ranks (rank 0 creates it; the name is agreed by value).
-std::string shared_dir(const std::string& name) {
-  auto comm = world();
-  const fs::path dir = fs::temp_directory_path() /
-                       ("zero-ckpt-test-" + name + "-np" + std::to_string(comm->size()));
-  if (comm->rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  comm->barrier();
-  return dir.string();
-}
+std::string shared_dir(const std::string& name) { return shared_temp_dir("ckpt-test-" + name); }
 
 RunOptions fp16_scheduled(int stage) {
   RunOptions options;

@@ -476,11 +476,9 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                          line);
       }
     };
-    // A forward pass at stage 3 gathers each unit's parameters, a collective: every rank must
-    // run it, so every rank samples (the same tokens; rank 0 prints them). At stages 0-2 the
-    // parameters are whole and rank 0 samples alone.
-    auto sample = [&](uint64_t seed) -> std::string {
-      if (rank != 0 && stage != 3) return {};
+    // Every rank samples (the same tokens; rank 0 prints them): a forward pass may be
+    // collective (at stage 3 it gathers each unit's parameters), so no rank may skip it.
+    auto sample = [&](uint64_t seed) {
       return sample_text(*model, *in.decoder, o.sample_tokens, seq, seed);
     };
     const auto start = std::chrono::steady_clock::now();

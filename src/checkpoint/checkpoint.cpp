@@ -98,13 +98,6 @@ std::string capture_error(Fn&& fn) {
   return {};
 }
 
-Json scaler_json(const LossScaler::State& s) {
-  return {{"scale", s.scale},
-          {"current_hysteresis", s.current_hysteresis},
-          {"iteration", s.iteration},
-          {"last_overflow_iteration", s.last_overflow_iteration}};
-}
-
 const char* optimizer_name(OptimizerType type) {
   switch (type) {
     case OptimizerType::kAdamW: return "AdamW";
@@ -208,13 +201,18 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
     for (const auto& [kind, tensor] : engine.optimizer_state()) {
       metadata["optimizer"]["state"].push_back(kind);
     }
-    metadata["counters"] = {{"global_steps", counters.global_steps},
-                            {"skipped_steps", counters.skipped_steps},
-                            {"micro_steps", counters.micro_steps},
-                            {"optimizer_steps", counters.optimizer_steps},
-                            {"lr", counters.lr},
-                            {"gradient_accumulation_steps", gas},
-                            {"loss_scaler", scaler_json(counters.scaler)}};
+    SavedCounters saved;
+    saved.global_steps = counters.global_steps;
+    saved.skipped_steps = counters.skipped_steps;
+    saved.micro_steps = counters.micro_steps;
+    saved.optimizer_steps = counters.optimizer_steps;
+    saved.gradient_accumulation_steps = gas;
+    saved.lr = counters.lr;
+    saved.loss_scale = counters.scaler.scale;
+    saved.current_hysteresis = counters.scaler.current_hysteresis;
+    saved.scaler_iteration = counters.scaler.iteration;
+    saved.last_overflow_iteration = counters.scaler.last_overflow_iteration;
+    metadata["counters"] = counters_to_json(saved);
     metadata["scheduler"] = config.scheduler.has_value();
     // The whole effective config, for readers (zero-ckpt inspect); a load uses its own.
     metadata["config"] = config.effective_json.empty() ? Json::object()
@@ -342,20 +340,17 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
     master.copy_(staged_master);
     for (size_t k = 0; k < state.size(); ++k) state[k].second.copy_(staged_state[k]);
   }
-  const Json& c = metadata.at("counters");
+  const SavedCounters saved = counters_from_json(metadata.at("counters"));
   TrainingCounters counters;
-  counters.global_steps = c.at("global_steps").get<int64_t>();
-  counters.skipped_steps = c.at("skipped_steps").get<int64_t>();
+  counters.global_steps = saved.global_steps;
+  counters.skipped_steps = saved.skipped_steps;
   // Boundaries so far, in this config's micro-steps (its accumulation may differ).
-  counters.micro_steps = (counters.global_steps + counters.skipped_steps) *
+  counters.micro_steps = (saved.global_steps + saved.skipped_steps) *
                          engine.config().gradient_accumulation_steps;
-  counters.optimizer_steps = c.at("optimizer_steps").get<int64_t>();
-  counters.lr = c.at("lr").get<double>();
-  const Json& s = c.at("loss_scaler");
-  counters.scaler.scale = s.at("scale").get<double>();
-  counters.scaler.current_hysteresis = s.at("current_hysteresis").get<int>();
-  counters.scaler.iteration = s.at("iteration").get<int64_t>();
-  counters.scaler.last_overflow_iteration = s.at("last_overflow_iteration").get<int64_t>();
+  counters.optimizer_steps = saved.optimizer_steps;
+  counters.lr = saved.lr;
+  counters.scaler = {saved.loss_scale, saved.current_hysteresis, saved.scaler_iteration,
+                     saved.last_overflow_iteration};
   engine.restore_counters(counters);
   if (rng.defined()) {
     auto generator = at::detail::getDefaultCPUGenerator();

@@ -153,4 +153,34 @@ std::string coverage_problem(const std::string& name, int64_t numel,
   return {};
 }
 
+nlohmann::json counters_to_json(const SavedCounters& c) {
+  return {{"global_steps", c.global_steps},
+          {"skipped_steps", c.skipped_steps},
+          {"micro_steps", c.micro_steps},
+          {"optimizer_steps", c.optimizer_steps},
+          {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+          {"lr", c.lr},
+          {"loss_scaler",
+           {{"scale", c.loss_scale},
+            {"current_hysteresis", c.current_hysteresis},
+            {"iteration", c.scaler_iteration},
+            {"last_overflow_iteration", c.last_overflow_iteration}}}};
+}
+
+SavedCounters counters_from_json(const nlohmann::json& json) {
+  SavedCounters c;
+  c.global_steps = json.at("global_steps").get<int64_t>();
+  c.skipped_steps = json.at("skipped_steps").get<int64_t>();
+  c.micro_steps = json.at("micro_steps").get<int64_t>();
+  c.optimizer_steps = json.at("optimizer_steps").get<int64_t>();
+  c.gradient_accumulation_steps = json.at("gradient_accumulation_steps").get<int>();
+  c.lr = json.at("lr").get<double>();
+  const nlohmann::json& scaler = json.at("loss_scaler");
+  c.loss_scale = scaler.at("scale").get<double>();
+  c.current_hysteresis = scaler.at("current_hysteresis").get<int>();
+  c.scaler_iteration = scaler.at("iteration").get<int64_t>();
+  c.last_overflow_iteration = scaler.at("last_overflow_iteration").get<int64_t>();
+  return c;
+}
+
 }  // namespace zero::checkpoint_format

@@ -56,6 +56,24 @@ uint32_t file_crc32(const std::filesystem::path& path, int64_t* bytes);
 /// Throws zero::Error naming the file and what is wrong (missing, truncated, corrupted).
 void verify_rank_file(const std::filesystem::path& path, const nlohmann::json& entry);
 
+/// metadata.json "counters": training progress, written by save_checkpoint and read by
+/// load_checkpoint and inspect_checkpoint.
+struct SavedCounters {
+  int64_t global_steps = 0;
+  int64_t skipped_steps = 0;
+  int64_t micro_steps = 0;
+  int64_t optimizer_steps = 0;
+  int gradient_accumulation_steps = 1;
+  double lr = 0.0;
+  double loss_scale = 1.0;
+  int current_hysteresis = 1;
+  int64_t scaler_iteration = 0;
+  int64_t last_overflow_iteration = -1;
+};
+nlohmann::json counters_to_json(const SavedCounters& counters);
+/// Throws (nlohmann::json's error) when a key is missing or of the wrong type.
+SavedCounters counters_from_json(const nlohmann::json& json);
+
 /// One piece [begin, end) of a parameter, saved in metadata.json "files"[file].
 struct SavedPiece {
   int file = 0;
