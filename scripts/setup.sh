@@ -2,7 +2,8 @@
 # Installs what zero needs and is missing, then configures the build directory. Idempotent:
 # a second run installs nothing and only re-runs cmake's configure step if needed.
 #   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, GoogleTest.
-#   PyPI: torch (pinned below), whose wheel carries libtorch and its CMake config.
+#   PyPI: torch (pinned below), whose wheel carries libtorch and its CMake config; the
+#   safetensors and transformers packages for the interoperability tests (optional).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +37,14 @@ if ! "$PYTHON" -c 'import safetensors' 2>/dev/null; then
   echo "setup: installing safetensors==$SAFETENSORS_VERSION from PyPI (interop test)"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "safetensors==$SAFETENSORS_VERSION" ||
     echo "setup: safetensors not installed; its interop test will be skipped"
+fi
+# Hugging Face transformers, only for the test that loads a zero-ckpt export with
+# GPT2LMHeadModel.from_pretrained (tests/train/check_hf_export.sh); skipped without it.
+TRANSFORMERS_VERSION=5.23.0
+if ! "$PYTHON" -c 'import transformers' 2>/dev/null; then
+  echo "setup: installing transformers==$TRANSFORMERS_VERSION from PyPI (export test)"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" ||
+    echo "setup: transformers not installed; its export test will be skipped"
 fi
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
 

@@ -7,3 +7,15 @@ zero_add_test(NAME test_engine SOURCES test_engine.cpp LIBS zero_engine_harness 
               TIMEOUT 600)
 zero_add_test(NAME test_stage3 SOURCES test_stage3.cpp LIBS zero_engine_harness RANKS 1 2 3 4
               TIMEOUT 600)
+# Note [Compute dtype]: twice, acting as a CPU with slow and with fast 16-bit GEMMs
+# (ZERO_GEMM_RATES replaces the measured rates), so "auto" is exercised both ways anywhere.
+zero_add_test(NAME test_compute_dtype SOURCES test_compute_dtype.cpp LIBS zero_engine_harness
+              RANKS 1 2 3 TIMEOUT 600)
+foreach(name test_compute_dtype test_compute_dtype_np2 test_compute_dtype_np3)
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT
+                       "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1;ZERO_GEMM_RATES=fp32=80,bf16=8,fp16=8")
+endforeach()
+add_test(NAME test_compute_dtype_fast16 COMMAND $<TARGET_FILE:test_compute_dtype>
+         --gtest_filter=ComputeDtype.AutoFollowsTheGemmRates:ComputeDtype.DefaultsToTheParameterDtype)
+set_tests_properties(test_compute_dtype_fast16 PROPERTIES TIMEOUT 120 ENVIRONMENT
+                     "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1;ZERO_GEMM_RATES=fp32=80,bf16=160,fp16=160")

@@ -99,6 +99,15 @@ std::string make_config_json(const RunOptions& o) {
   return json.str();
 }
 
+std::vector<at::Tensor> unique_parameters(torch::nn::Module& model) {
+  std::vector<at::Tensor> parameters;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : model.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) parameters.push_back(p);
+  }
+  return parameters;
+}
+
 at::Tensor flatten_parameters(torch::nn::Module& model) {
   std::vector<at::Tensor> pieces;
   std::unordered_set<const void*> seen;
@@ -152,14 +161,7 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
 RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int world_size) {
   RunResult result;
   result.model = spec.build();
-  // Each parameter once: a shared one must be updated (and counted in the norm) once.
-  std::vector<at::Tensor> parameters;
-  {
-    std::unordered_set<const void*> seen;
-    for (const auto& p : result.model->parameters()) {
-      if (seen.insert(p.unsafeGetTensorImpl()).second) parameters.push_back(p);
-    }
-  }
+  std::vector<at::Tensor> parameters = unique_parameters(*result.model);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (options.optimizer == "AdamW") {
     optimizer = std::make_unique<torch::optim::AdamW>(

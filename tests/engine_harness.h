@@ -72,6 +72,10 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
 /// torch::nn::utils::clip_grad_norm_.
 RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int world_size);
 
+/// The model's parameters in parameters() order, each shared one once (a reference must update
+/// it, and count it in the norm, once).
+std::vector<at::Tensor> unique_parameters(torch::nn::Module& model);
+
 /// Parameters flattened in named_parameters() order (shared ones once), as fp32.
 at::Tensor flatten_parameters(torch::nn::Module& model);
 

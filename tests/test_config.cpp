@@ -260,7 +260,7 @@ TEST(Config, EffectiveJson) {
   const Config a = parse_config(with(R"("zero_optimization": {"stage": 1}, "fp16": {"enabled": true})"), 2);
   EXPECT_EQ(a.effective_json,
             R"({"bf16":{"enabled":false,"immediate_grad_update":false},)"
-            R"("communication_data_type":"fp16",)"
+            R"("communication_data_type":"fp16","compute_data_type":"fp16",)"
             R"("csv_monitor":{"enabled":false,"job_name":"DeepSpeedJobName","output_path":""},)"
             R"("fp16":{"auto_cast":false,"consecutive_hysteresis":false,"enabled":true,)"
             R"("fp16_master_weights_and_grads":false,"hysteresis":2,"initial_scale_power":16,)"

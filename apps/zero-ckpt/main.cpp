@@ -1,7 +1,11 @@
 // zero-ckpt: look into a checkpoint of Engine::save_checkpoint, and export its weights.
 //
 //   zero-ckpt inspect DIR [--tag T] [--verify] [--config]
-//   zero-ckpt export DIR --out model.safetensors [--tag T] [--dtype fp32|bf16|fp16]
+//   zero-ckpt export DIR --out OUT_DIR/model.safetensors [--tag T] [--dtype fp32|bf16|fp16]
+//
+// export also writes OUT_DIR/config.json (Hugging Face's GPT2Config) when the checkpoint
+// records the model's shape (zero-train does), so transformers' from_pretrained(OUT_DIR)
+// loads the pair.
 //
 // One process, no MPI (zero/checkpoint.h). Exit status: 0 done; 1 --verify found a problem;
 // 2 a user error (bad arguments, no or damaged checkpoint), with one line
@@ -13,6 +17,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -104,15 +110,66 @@ int inspect(const std::string& dir, const std::string& tag, bool verify, bool pr
   return 1;
 }
 
+// The checkpoint's client state may carry "model_config": the model's whole shape as Hugging
+// Face's config.json (zero-train records GPT2Config::hf_config_json()). It is written beside
+// the exported weights, with torch_dtype set to the export's dtype, so that
+// transformers' from_pretrained(dir) reads the pair with no hand-written file. Returns the
+// path written, or "" (with the reason in `why`) when there is nothing to write.
+std::string write_hf_config(const zero::CheckpointSummary& s, const std::string& out,
+                            const std::string& torch_dtype, std::string* why) {
+  namespace fs = std::filesystem;
+  nlohmann::json client;
+  try {
+    client = nlohmann::json::parse(s.client_state);
+  } catch (const std::exception&) {
+    *why = "its client state is not JSON";
+    return "";
+  }
+  if (!client.is_object() || !client.contains("model_config") ||
+      !client.at("model_config").is_object()) {
+    *why = "its client state has no \"model_config\" (zero-train records one; see "
+           "docs/checkpoints.md)";
+    return "";
+  }
+  nlohmann::json config = client.at("model_config");
+  config["torch_dtype"] = torch_dtype;
+  const fs::path parent = fs::path(out).parent_path();
+  const fs::path path = (parent.empty() ? fs::path(".") : parent) / "config.json";
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream file(temporary);
+    file << config.dump(2) << "\n";
+    file.close();
+    ZERO_CHECK(file.good(), "cannot write ", temporary.string());
+  }
+  fs::rename(temporary, path);
+  return path.string();
+}
+
 int export_weights(const std::string& dir, const std::string& tag, const std::string& out,
                    const std::string& dtype_name) {
   const std::map<std::string, at::ScalarType> dtypes = {
       {"fp32", at::kFloat}, {"bf16", at::kBFloat16}, {"fp16", at::kHalf}};
+  const std::map<std::string, std::string> torch_dtypes = {
+      {"fp32", "float32"}, {"bf16", "bfloat16"}, {"fp16", "float16"}};
   const zero::CheckpointSummary s = zero::inspect_checkpoint(dir, tag);
+  // --out DIR/model.safetensors: DIR is made if missing (from_pretrained reads a directory).
+  const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
   const int64_t bytes = zero::export_checkpoint_weights(dir, s.tag, out, dtypes.at(dtype_name));
   std::printf("wrote %s: %zu tensors, %" PRId64 " parameters as %s, %s (from %s)\n",
               out.c_str(), s.parameters.size(), s.num_parameters, dtype_name.c_str(),
               bytes_text(bytes).c_str(), s.path.c_str());
+  std::string why;
+  const std::string config = write_hf_config(s, out, torch_dtypes.at(dtype_name), &why);
+  if (config.empty()) {
+    std::printf("no config.json written: %s\n", why.c_str());
+  } else {
+    std::printf("wrote %s (Hugging Face GPT2Config)%s\n", config.c_str(),
+                std::filesystem::path(out).filename() == "model.safetensors"
+                    ? ""
+                    : "; from_pretrained(dir) expects the weights in dir/model.safetensors");
+  }
   return 0;
 }
 

@@ -1,8 +1,10 @@
 // zero-train: trains GPT-2 with ZeRO across MPI ranks from a DeepSpeed config.
 //
 //   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|gpt2|gpt2-medium|gpt2-large|gpt2-xl]
-//              [--data PREFIX] [--steps N] [--eval-every K] [--sample-every K] [--out RUN_DIR]
-//              [--save-every K] [--checkpoint-dir DIR] [--resume auto|DIR]
+//              [--data PREFIX] [--encoder FILE] [--steps N] [--eval-every K] [--eval-batches B]
+//              [--sample-every K] [--sample-tokens T] [--seq-len T] [--out RUN_DIR]
+//              [--threads T] [--dropout P] [--save-every K] [--checkpoint-dir DIR]
+//              [--resume auto|DIR]   (README.md lists them; --help describes them)
 //   mpirun -np N zero-train ...      or      zero-run -n N -- zero-train ...
 //
 // Everything about the optimization comes from the config (batch sizes, optimizer, precision,
@@ -62,6 +64,7 @@
 #include "zero/data.h"
 #include "zero/engine.h"
 #include "zero/error.h"
+#include "zero/gemm_rates.h"
 #include "zero/gpt2.h"
 #include "zero/memory.h"
 #include "zero/shard.h"
@@ -138,10 +141,16 @@ ResumeFrom find_resume(const Options& o) {
   } else if (fs::exists(path / "metadata.json")) {
     from.dir = path.parent_path().empty() ? "." : path.parent_path().string();
     from.tag = path.filename().string();
+  } else if (fs::exists(path / "checkpoints" / "latest")) {
+    // A run directory (--out of an earlier run): its checkpoints are in RUN_DIR/checkpoints.
+    from.dir = (path / "checkpoints").string();
+    from.tag = latest_tag(from.dir);
+    from.note = "--resume " + o.resume + ": a run directory; resuming from its checkpoints in " +
+                from.dir;
   } else {
-    ZERO_CHECK(false, "--resume ", o.resume, ": no checkpoint there (neither ",
-               (path / "latest").string(), " nor ", (path / "metadata.json").string(),
-               " exists)");
+    ZERO_CHECK(false, "--resume ", o.resume, ": no checkpoint there (none of ",
+               (path / "latest").string(), ", ", (path / "metadata.json").string(), " or ",
+               (path / "checkpoints" / "latest").string(), " exists)");
   }
   return from;
 }
@@ -401,6 +410,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       if (!ranks_agree_ok(*comm, error)) return 2;
       if (first_step == o.steps) {
         if (rank == 0) {
+          if (!from.note.empty()) std::printf("zero-train: %s\n", from.note.c_str());
           std::printf("zero-train: the checkpoint in %s is at step %lld of --steps %lld: nothing "
                       "left to train\n", from.dir.c_str(), static_cast<long long>(first_step),
                       static_cast<long long>(o.steps));
@@ -465,7 +475,11 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                                      {"data", o.data},            {"seq_len", seq},
                                      {"train_batch_size", config.train_batch_size},
                                      {"seed", config.seed},       {"world_size", world},
-                                     {"stage", stage}};
+                                     {"stage", stage},
+                                     // The model's whole shape, as Hugging Face's config.json:
+                                     // zero-ckpt export writes it beside the weights.
+                                     {"model_config",
+                                      nlohmann::json::parse(in.model.hf_config_json())}};
       const std::string dir = checkpoint_dir(o);
       const std::string tag = engine->save_checkpoint(dir, "", client.dump());
       if (rank == 0) {
@@ -566,6 +580,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       const double p = static_cast<double>(layout.padded_numel);
       const int64_t comm_elem = c10::elementSize(config.communication_dtype);
       const int64_t param_elem = c10::elementSize(config.param_dtype);
+      const int64_t compute_elem = c10::elementSize(config.compute_dtype);
       const double other = static_cast<double>(layout.padded_numel - layout.shard_numel);
       // Ring volume per optimizer step (Note [Counting communicated bytes]): stage 0 all-reduces
       // (RS + AG of gradients), stages 1/2 reduce-scatter gradients (stage 2 on every
@@ -608,8 +623,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         for (int r = 0; r < world; ++r) gathered_peak = std::max(gathered_peak, figure(r, 2));
         char whole[128];
         std::snprintf(whole, sizeof(whole), "of %s whole (%.0f%%); not in the model state",
-                      zero::train::human_bytes(p * param_elem).c_str(),
-                      100 * gathered_peak / (p * param_elem));
+                      zero::train::human_bytes(p * compute_elem).c_str(),
+                      100 * gathered_peak / (p * compute_elem));
         rows.push_back({"  gathered params, peak", zero::train::human_bytes(gathered_peak), whole});
       }
       {
@@ -636,6 +651,19 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       } else {
         rows.push_back({"communicated per step", zero::train::human_bytes(moved / trained),
                         zero::train::human_bytes(theory) + " (ring volume)"});
+      }
+      {
+        // Note [Compute dtype]: what the model computed in, what it stored and communicated,
+        // and how fast this CPU's 16-bit GEMMs are (the measurement behind "auto").
+        const c10::ScalarType sixteen = config.configured_param_dtype != c10::ScalarType::Float
+                                            ? config.configured_param_dtype
+                                            : c10::ScalarType::BFloat16;
+        std::string stored = "parameters " + zero::dtype_name(config.param_dtype) +
+                             ", communication " + zero::dtype_name(config.communication_dtype);
+        if (config.compute_dtype_auto) stored += "; compute_data_type \"auto\"";
+        rows.push_back({"compute dtype", zero::dtype_name(config.compute_dtype), stored});
+        rows.push_back({"  16-bit GEMMs here", "",
+                        zero::measured_gemm_rates().describe(sixteen)});
       }
       for (int r = 0; r < world; ++r) {
         rows.push_back({"peak RSS, rank " + std::to_string(r),
@@ -728,7 +756,8 @@ int main(int argc, char** argv) {
       ->check(non_empty());
   app.add_option("--resume", o.resume,
                  "auto: from the checkpoint directory if it has one, else start afresh; DIR: "
-                 "from the checkpoint directory DIR (its latest) or the checkpoint DIR")
+                 "from the checkpoint directory DIR (its latest), the checkpoint DIR, or the run "
+                 "directory DIR (its checkpoints/)")
       ->check(non_empty());
   zero::keep_freed_host_memory();
   std::shared_ptr<zero::Communicator> comm;

@@ -15,6 +15,25 @@
 
 namespace zero {
 
+// Note [Compute dtype]
+// ~~~~~~~~~~~~~~~~~~~~
+// DeepSpeed computes in the parameter dtype (bf16.enabled / fp16.enabled). On CPUs without
+// fast 16-bit GEMMs that is 10-45x slower than fp32 (zero/gemm_rates.h), so zero separates
+// what is stored and communicated (param_dtype, communication_dtype) from what is computed
+// (compute_dtype, the zero extension `compute_data_type`), where the stage allows it:
+//   - stages 0-2: the model computes with the parameters themselves, so compute_dtype ==
+//     param_dtype;
+//   - stage 3 with 16-bit parameters and compute_data_type "fp32": 16-bit partitioned shards,
+//     16-bit all-gathers and reduce-scatters, fp32 gathered parameters (the 16-bit values,
+//     widened) and fp32 gradients (narrowed to the communication dtype when reduced). The
+//     model state and the communication of the 16-bit run, at fp32 compute speed. (FSDP2's
+//     MixedPrecisionPolicy does the reverse: fp32 storage, 16-bit compute.)
+// "auto" computes in fp32 where this CPU's GEMMs in the configured 16-bit dtype are slow
+// (GemmRates::slow): at stage 3 as above, at stages 0-2 by training in fp32 altogether (the
+// parameters, and the communication dtype unless given, become fp32). Elsewhere it computes
+// in the 16-bit dtype. Each rank resolves it when the config is parsed; ranks that resolve it
+// differently fail the start-up agreement naming compute_data_type.
+
 enum class OptimizerType {
   kAdamW,  // decoupled weight decay (DeepSpeed "AdamW", or "Adam" with adam_w_mode true)
   kAdam,   // L2 weight decay added to the gradient ("Adam" with adam_w_mode false)
@@ -120,6 +139,14 @@ struct Config {
   LossScaleConfig loss_scale;  // used only when param_dtype is kHalf
   /// dtype gradients are reduced in (communication_data_type); defaults to param_dtype.
   c10::ScalarType communication_dtype = c10::ScalarType::Float;
+  /// dtype the model computes in: its forward and backward, the gathered parameters, the
+  /// gradients autograd produces (Note [Compute dtype]). param_dtype, or kFloat with 16-bit
+  /// parameters at stage 3.
+  c10::ScalarType compute_dtype = c10::ScalarType::Float;
+  /// compute_data_type was "auto" (resolved against this CPU when parsed).
+  bool compute_dtype_auto = false;
+  /// The parameter dtype the fp16 / bf16 sections ask for, before "auto" may make it kFloat.
+  c10::ScalarType configured_param_dtype = c10::ScalarType::Float;
 
   ZeroOptimizationConfig zero_optimization;
 
@@ -153,5 +180,15 @@ std::vector<std::string> effective_config_lines(const Config& config);
 
 /// Reads and parses a JSON file; a missing or unreadable file throws zero::Error naming it.
 Config load_config(const std::string& path, int world_size);
+
+/// "fp32", "bf16", "fp16" (the names DeepSpeed's communication_data_type uses); any other
+/// dtype by c10's name ("Double", ...).
+std::string dtype_name(c10::ScalarType dtype);
+
+/// One line about the compute dtype on this CPU (Note [Compute dtype]), "" when there is
+/// nothing to say: what "auto" chose and why, or a warning that the configured 16-bit compute
+/// dtype is slow here, naming the measured slowdown and the key to change. zero::initialize
+/// prints it on rank 0. Measures the GEMM rates it needs (zero/gemm_rates.h).
+std::string compute_dtype_notice(const Config& config);
 
 }  // namespace zero

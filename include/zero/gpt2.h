@@ -38,6 +38,12 @@ struct GPT2Config {
   /// Unknown names throw zero::Error listing the known ones.
   static GPT2Config preset(const std::string& name);
   static std::vector<std::string> preset_names();
+
+  /// This configuration as Hugging Face's GPT2Config (the config.json that
+  /// `transformers.GPT2LMHeadModel.from_pretrained(dir)` reads beside dir/model.safetensors):
+  /// the sizes, "gelu_new", the dropout as resid/embd/attn_pdrop, tied embeddings, and
+  /// `torch_dtype` = `dtype` ("float32", "bfloat16" or "float16"). Compact JSON text.
+  std::string hf_config_json(const std::string& dtype = "float32") const;
 };
 
 /// HF's Conv1D: y = x @ weight + bias with weight [in, out].

@@ -194,7 +194,7 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
     metadata["version"] = kVersion;
     metadata["world_size"] = world;
     metadata["stage"] = config.zero_optimization.stage;
-    metadata["param_dtype"] = dtype_text(engine.param_dtype());
+    metadata["param_dtype"] = dtype_name(engine.param_dtype());
     metadata["master_dtype"] = "fp32";
     metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
                              {"state", Json::array()}};

@@ -27,15 +27,6 @@ std::string piece_key(const std::string& kind, const std::string& name, int64_t 
   return kind + "/" + name + "/" + std::to_string(begin);
 }
 
-const char* dtype_text(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: return "fp32";
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "fp16";
-    default: return "other";
-  }
-}
-
 void check_tag(const std::string& tag) {
   ZERO_CHECK(!tag.empty() && tag.find('/') == std::string::npos && tag[0] != '.' &&
                  tag != kLatestFile,

@@ -29,9 +29,6 @@ std::string rank_file_name(int rank);
 /// flattened parameter NAME; KIND is "master", an optimizer state ("exp_avg", ...) or "param16".
 std::string piece_key(const std::string& kind, const std::string& name, int64_t begin);
 
-/// "fp32", "bf16", "fp16" (metadata.json "param_dtype"); "other" for any other dtype.
-const char* dtype_text(at::ScalarType dtype);
-
 /// Throws zero::Error unless `tag` can name a checkpoint directory: non-empty, no '/', not
 /// starting with '.', not "latest".
 void check_tag(const std::string& tag);

@@ -2,6 +2,7 @@
 #include "common/env.h"
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -25,6 +26,40 @@ int64_t read_positive_int(const char* name, int64_t default_value) {
 
 int64_t ring_segment_bytes() {
   static const int64_t value = read_positive_int("ZERO_RING_SEGMENT_BYTES", int64_t{256} << 10);
+  return value;
+}
+
+const std::map<std::string, double>& gemm_rates_override() {
+  static const std::map<std::string, double> value = [] {
+    std::map<std::string, double> rates;
+    const char* text = std::getenv("ZERO_GEMM_RATES");
+    if (text == nullptr || *text == '\0') return rates;
+    const std::string all = text;
+    size_t begin = 0;
+    while (begin <= all.size()) {
+      const size_t end = std::min(all.find(',', begin), all.size());
+      const std::string item = all.substr(begin, end - begin);
+      const size_t equals = item.find('=');
+      const std::string dtype = item.substr(0, equals);
+      double rate = 0;
+      bool ok = equals != std::string::npos &&
+                (dtype == "fp32" || dtype == "bf16" || dtype == "fp16") &&
+                rates.count(dtype) == 0;
+      if (ok) {
+        const std::string number = item.substr(equals + 1);
+        errno = 0;
+        char* stop = nullptr;
+        rate = std::strtod(number.c_str(), &stop);
+        ok = errno == 0 && !number.empty() && *stop == '\0' && rate > 0;
+      }
+      ZERO_CHECK(ok, "environment variable ZERO_GEMM_RATES='", all, "' is invalid at '", item,
+                 "': expected DTYPE=GFLOPS pairs separated by commas, DTYPE one of fp32, bf16, ",
+                 "fp16 (each at most once), GFLOPS a number > 0, e.g. 'fp32=80,bf16=8'");
+      rates[dtype] = rate;
+      begin = end + 1;
+    }
+    return rates;
+  }();
   return value;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 namespace zero::env {
 
@@ -15,5 +17,10 @@ enum class ProgressStyle { kAuto, kBar, kLines };
 
 /// ZERO_PROGRESS: "bar" | "lines" | unset (auto). Set by zero-run; see zero/console.h.
 ProgressStyle progress_style();
+
+/// ZERO_GEMM_RATES: GEMM rates in GFLOP/s that replace measurements (zero/gemm_rates.h), as
+/// "DTYPE=RATE" pairs separated by commas, DTYPE one of fp32, bf16, fp16, RATE > 0; e.g.
+/// "fp32=80,bf16=8" acts as a CPU without fast bf16 GEMMs. Unset: measure everything.
+const std::map<std::string, double>& gemm_rates_override();
 
 }  // namespace zero::env

@@ -13,9 +13,11 @@
 #include <system_error>
 #include <vector>
 
+#include "common/dtype_names.h"
 #include "config/keys.h"
 #include "config/reader.h"
 #include "zero/error.h"
+#include "zero/gemm_rates.h"
 
 namespace zero {
 
@@ -41,17 +43,6 @@ bool unit_range(double v) { return v >= 0.0 && v <= 1.0; }
 std::string lower(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return text;
-}
-
-const char* dtype_name(c10::ScalarType dtype) {
-  switch (dtype) {
-    case c10::ScalarType::Half: return "fp16";
-    case c10::ScalarType::BFloat16: return "bf16";
-    case c10::ScalarType::Float: return "fp32";
-    default: break;
-  }
-  ZERO_INTERNAL_ASSERT(false, "unexpected config dtype ", static_cast<int>(dtype));
-  return "";
 }
 
 // ---- batch triple -------------------------------------------------------------------------
@@ -318,7 +309,8 @@ bool parse_bf16(const ObjectView& top) {
   return enabled;
 }
 
-void parse_precision(const ObjectView& top, Config& config) {
+// Returns whether communication_data_type was given (not null / absent / "auto").
+bool parse_precision(const ObjectView& top, Config& config) {
   const bool fp16 = parse_fp16(top, config);
   const bool bf16 = parse_bf16(top);
   if (fp16 && bf16) {
@@ -329,6 +321,7 @@ void parse_precision(const ObjectView& top, Config& config) {
   config.param_dtype = fp16   ? c10::ScalarType::Half
                        : bf16 ? c10::ScalarType::BFloat16
                               : c10::ScalarType::Float;
+  config.configured_param_dtype = config.param_dtype;
 
   const char* expected = "one of \"fp32\", \"fp16\", \"bf16\" (case-insensitive), or null";
   config.communication_dtype = config.param_dtype;
@@ -344,7 +337,72 @@ void parse_precision(const ObjectView& top, Config& config) {
     } else {
       top.invalid("communication_data_type", *top.raw("communication_data_type"), expected);
     }
+    return true;
   }
+  return false;
+}
+
+c10::ScalarType parse_dtype_name(const std::string& name) {
+  const std::string value = lower(name);
+  if (value == "fp32") return c10::ScalarType::Float;
+  if (value == "fp16") return c10::ScalarType::Half;
+  return c10::ScalarType::BFloat16;  // the caller accepts only the three names
+}
+
+// compute_data_type (a zero extension; Note [Compute dtype] in zero/config.h). Needs the
+// parameter dtype and the stage, so it runs after parse_precision and parse_zero.
+void parse_compute_dtype(const ObjectView& top, Config& config, bool communication_given) {
+  const char* key = "compute_data_type";
+  const char* expected = "one of \"auto\", \"fp32\", \"bf16\", \"fp16\" (case-insensitive), or "
+                         "null (compute in the parameter dtype)";
+  config.compute_dtype = config.param_dtype;
+  const Json* raw = top.raw(key);
+  if (raw == nullptr || raw->is_null()) return;
+  if (!raw->is_string()) top.invalid(key, *raw, expected);
+  const std::string value = lower(raw->get<std::string>());
+  const int stage = config.zero_optimization.stage;
+  const std::string param_name = dtype_name(config.param_dtype);
+  const std::string param_key = config.param_dtype == c10::ScalarType::Half ? "fp16.enabled"
+                                : config.param_dtype == c10::ScalarType::BFloat16 ? "bf16.enabled"
+                                                                                   : "";
+  if (value == "auto") {
+    config.compute_dtype_auto = true;
+    if (config.param_dtype == c10::ScalarType::Float) return;  // nothing 16-bit to decide
+    if (!measured_gemm_rates().slow(config.param_dtype)) return;
+    // 16-bit GEMMs are slow here: compute in fp32. Stage 3 keeps 16-bit storage and
+    // collectives; at stages 0-2 the parameters are the compute copy, so they become fp32
+    // (and so does the default communication dtype, which follows them).
+    config.compute_dtype = c10::ScalarType::Float;
+    if (stage < 3) {
+      config.param_dtype = c10::ScalarType::Float;
+      if (!communication_given) config.communication_dtype = c10::ScalarType::Float;
+    }
+    return;
+  }
+  if (value != "fp32" && value != "bf16" && value != "fp16") top.invalid(key, *raw, expected);
+  const c10::ScalarType compute = parse_dtype_name(value);
+  if (compute == config.param_dtype) return;
+  if (compute != c10::ScalarType::Float) {
+    fail(top.source(), std::string(key) + " = " + show(*raw) + " with " + param_name +
+                           " parameters is not supported: zero computes in the parameter dtype " +
+                           "or, at stage 3, in fp32 from 16-bit parameters (no autocast); " +
+                           "allowed here: \"" + param_name + "\", \"auto\" or null" +
+                           (config.param_dtype == c10::ScalarType::Float
+                                ? std::string("; for ") + value + " parameters set " +
+                                      (compute == c10::ScalarType::Half ? "fp16" : "bf16") +
+                                      ".enabled true"
+                                : std::string()));
+  }
+  if (stage != 3) {
+    fail(top.source(), std::string(key) + " = " + show(*raw) + " with " + param_key +
+                           " needs zero_optimization.stage 3 (got " + std::to_string(stage) +
+                           "): only there are the " + param_name + " parameters a stored " +
+                           "copy, gathered into fp32 for compute; at stages 0-2 the model " +
+                           "computes with the parameters themselves. For fp32 compute here " +
+                           "set " + param_key + " false (communication_data_type \"" +
+                           param_name + "\" still halves gradient traffic), or use \"auto\"");
+  }
+  config.compute_dtype = compute;
 }
 
 // ---- zero_optimization --------------------------------------------------------------------
@@ -699,6 +757,9 @@ std::string effective_json(const Config& config) {
   root["bf16"] = {{"enabled", config.param_dtype == c10::ScalarType::BFloat16},
                   {"immediate_grad_update", false}};
   root["communication_data_type"] = dtype_name(config.communication_dtype);
+  // Resolved: "auto" is recorded as what it chose on this machine (the start-up agreement
+  // between ranks compares it).
+  root["compute_data_type"] = dtype_name(config.compute_dtype);
 
   const ZeroOptimizationConfig& zero = config.zero_optimization;
   root["zero_optimization"] = {{"stage", zero.stage},
@@ -761,8 +822,9 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
   config.gradient_clipping = top.get_number("gradient_clipping", 0.0, non_negative,
                                             "a number >= 0 (0 disables clipping)");
   parse_optimizer(top, config);
-  parse_precision(top, config);
+  const bool communication_given = parse_precision(top, config);
   parse_zero(top, config);
+  parse_compute_dtype(top, config, communication_given);
   parse_scheduler(top, config);
   parse_training_extras(top, config);
   for (const DefaultOnlyKey& spec : config_detail::top_level_default_only()) {
@@ -792,6 +854,31 @@ Config load_config(const std::string& path, int world_size) {
 }  // namespace zero
 
 namespace zero {
+
+std::string compute_dtype_notice(const Config& config) {
+  const c10::ScalarType wanted = config.configured_param_dtype;
+  if (wanted == c10::ScalarType::Float) return "";
+  const GemmRates& rates = measured_gemm_rates();
+  const std::string name = dtype_name(wanted);
+  if (config.compute_dtype_auto) {
+    if (config.compute_dtype != c10::ScalarType::Float) {
+      return "zero: compute_data_type \"auto\": " + rates.describe(wanted) + "; computing in " +
+             name;
+    }
+    return "zero: compute_data_type \"auto\": " + rates.describe(wanted) + "; computing in fp32" +
+           (config.param_dtype == wanted
+                ? " from " + name + " parameters (stage 3: " + name + " partitioned shards and " +
+                      "collectives are kept)"
+                : " (stages 0-2 compute with the parameters themselves, so they are fp32 too)");
+  }
+  if (config.compute_dtype == c10::ScalarType::Float) return "";  // stage 3 fp32 compute
+  if (!rates.slow(wanted)) return "";
+  const std::string section = wanted == c10::ScalarType::Half ? "fp16" : "bf16";
+  return "zero: warning: " + rates.describe(wanted) + "; training computes in " + name +
+         " as configured. For fp32 speed set \"compute_data_type\": \"auto\" (at stage 3 the " +
+         "parameters stay " + name + " in memory and on the wire) or " + section +
+         ".enabled false";
+}
 
 std::vector<std::string> effective_config_lines(const Config& config) {
   const nlohmann::json flat = nlohmann::json::parse(config.effective_json).flatten();

@@ -255,7 +255,7 @@ const std::vector<std::string>& top_level_implemented_keys() {
       "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
       "gradient_clipping", "optimizer", "fp16", "bf16", "bfloat16", "communication_data_type",
       "zero_optimization", "allgather_size", "scheduler", "steps_per_print",
-      "wall_clock_breakdown", "seed", "csv_monitor"};
+      "wall_clock_breakdown", "seed", "csv_monitor", "compute_data_type"};
   return keys;
 }
 

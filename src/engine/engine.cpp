@@ -27,6 +27,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <sstream>
 #include <unordered_set>
@@ -404,10 +405,12 @@ void FlatEngine::apply_update(double grad_multiplier) {
   if (stage_ > 0) all_gather_parameters();
 }
 
+// Checkpoints list the parameters in model (registration) order, the reverse of the slots'
+// buffer order, so what `zero-ckpt inspect` prints reads like the model's definition.
 std::vector<CheckpointParameter> FlatEngine::checkpoint_parameters() const {
   std::vector<CheckpointParameter> result;
-  for (const auto& slot : slots_) {
-    result.push_back({slot.name, slot.param.sizes().vec(), slot.numel});
+  for (auto slot = slots_.rbegin(); slot != slots_.rend(); ++slot) {
+    result.push_back({slot->name, slot->param.sizes().vec(), slot->numel});
   }
   return result;
 }
@@ -418,7 +421,8 @@ std::vector<StateSegment> FlatEngine::segments_within(Range range) const {
     const ParamSlot& slot = slots_[i];
     const Range part = intersect(Range{slot.offset, slot.offset + slot.numel}, range);
     if (part.empty()) continue;
-    segments.push_back({i, part.begin - slot.offset, part.end - slot.offset,
+    const int checkpoint_index = static_cast<int>(slots_.size()) - 1 - i;  // model order
+    segments.push_back({checkpoint_index, part.begin - slot.offset, part.end - slot.offset,
                         part.begin - update_range_.begin});
   }
   return segments;
@@ -479,10 +483,16 @@ void FlatEngine::zero_gradients() {
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    std::shared_ptr<Communicator> communicator) {
-  if (config.zero_optimization.stage == 3) {
-    return make_stage3_engine(std::move(model), config, std::move(communicator));
+  const bool report = communicator != nullptr && communicator->rank() == 0;
+  std::unique_ptr<Engine> engine =
+      config.zero_optimization.stage == 3
+          ? make_stage3_engine(std::move(model), config, std::move(communicator))
+          : std::make_unique<FlatEngine>(std::move(model), config, std::move(communicator));
+  if (report) {
+    const std::string notice = compute_dtype_notice(config);
+    if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
   }
-  return std::make_unique<FlatEngine>(std::move(model), config, std::move(communicator));
+  return engine;
 }
 
 }  // namespace zero

@@ -40,17 +40,6 @@ double block_sum_of_squares(const T* data, int64_t begin, int64_t end) {
 
 }  // namespace
 
-bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
-
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "fp32";
-    case at::kBFloat16: return "bf16";
-    case at::kHalf: return "fp16";
-    default: return c10::toString(t);
-  }
-}
-
 double sum_of_squares(const at::Tensor& tensor) {
   const int64_t n = tensor.numel();
   if (n == 0) return 0.0;
@@ -87,9 +76,16 @@ EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& c
   ZERO_CHECK(stage_ >= 0 && stage_ <= 3, config_.source, ": zero_optimization.stage = ", stage_,
              " is not supported by this engine; allowed: 0, 1, 2, 3");
   param_dtype_ = config_.param_dtype;
+  compute_dtype_ = config_.compute_dtype;
   comm_dtype_ = config_.communication_dtype;
   ZERO_CHECK(param_dtype_ == at::kFloat || is_16bit(param_dtype_),
              "unsupported parameter dtype ", dtype_name(param_dtype_));
+  // Note [Compute dtype]: parse_config guarantees this; a Config built by hand might not.
+  ZERO_CHECK(compute_dtype_ == param_dtype_ ||
+                 (stage_ == 3 && compute_dtype_ == at::kFloat && is_16bit(param_dtype_)),
+             config_.source, ": compute_data_type ", dtype_name(compute_dtype_), " with ",
+             dtype_name(param_dtype_), " parameters at stage ", stage_, " is not supported; ",
+             "allowed: the parameter dtype, or fp32 from 16-bit parameters at stage 3");
   ZERO_CHECK(comm_dtype_ == at::kFloat || is_16bit(comm_dtype_),
              "unsupported communication_data_type ", dtype_name(comm_dtype_));
   grad_shard_dtype_ =

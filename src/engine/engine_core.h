@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype_names.h"
 #include "engine/comm_queue.h"
 #include "engine/loss_scaler.h"
 #include "engine/monitor.h"
@@ -21,9 +22,6 @@
 #include "zero/scheduler.h"
 
 namespace zero {
-
-bool is_16bit(at::ScalarType t);
-std::string dtype_name(at::ScalarType t);
 
 /// Sum of squares in fp64 with a fixed blocking, so the result does not depend on the thread
 /// count (bitwise reproducible across runs).
@@ -158,7 +156,8 @@ class EngineCore : public Engine {
   int rank_ = 0;
   int world_ = 1;
   int stage_ = 0;
-  at::ScalarType param_dtype_;
+  at::ScalarType param_dtype_;    // stored (the partitioned shards at stage 3)
+  at::ScalarType compute_dtype_;  // computed in (Note [Compute dtype] in zero/config.h)
   at::ScalarType comm_dtype_;
   // Where reduced gradients accumulate (stages 2 and 3): fp32 over several micro-steps or with
   // fp32 communication; with one micro-step and 16-bit communication the reduced 16-bit

@@ -60,7 +60,8 @@ void detach_storage(const at::Tensor& full, const std::string& owner) {
                                 "zero::GatheredParameters (zero/unit.h)");
 }
 
-PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at::ScalarType dtype,
+PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
+                                      at::ScalarType stored_dtype, at::ScalarType compute_dtype,
                                       Communicator& comm, bool keep_whole,
                                       const std::string& owner) {
   ZERO_INTERNAL_ASSERT(!params.empty(), "partition_parameters: no parameters");
@@ -73,14 +74,15 @@ PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at:
   group.layout = shard_layout(numel, comm.size(), kStage3Alignment);
   at::NoGradGuard no_grad;
   group.full = at::zeros({group.layout.padded_numel},
-                         at::TensorOptions().dtype(dtype).device(params.front().device()));
+                         at::TensorOptions().dtype(compute_dtype).device(params.front().device()));
   for (size_t i = 0; i < params.size(); ++i) {
     group.full.narrow(0, group.offsets[i], params[i].numel())
         .copy_(params[i].detach().reshape({-1}));
   }
   comm.broadcast(group.full, 0);  // every rank starts from rank 0's values
+  if (stored_dtype != compute_dtype) group.full.copy_(group.full.to(stored_dtype));  // rounded
   const Range owned = group.layout.owned(comm.rank());
-  group.shard = group.full.narrow(0, owned.begin, owned.size()).clone();
+  group.shard = group.full.narrow(0, owned.begin, owned.size()).to(stored_dtype, false, true);
   for (size_t i = 0; i < params.size(); ++i) {
     at::Tensor param = params[i];  // shares the TensorImpl: set_data changes the parameter
     param.set_data(group.full.narrow(0, group.offsets[i], param.numel()).view(param.sizes()));

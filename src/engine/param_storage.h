@@ -25,14 +25,18 @@ void detach_storage(const at::Tensor& full, const std::string& owner);
 struct PartitionedGroup {
   ShardLayout layout;
   std::vector<int64_t> offsets;  // each parameter's offset in the flat buffer
-  at::Tensor shard;              // this rank's shard (dtype), shard_numel elements
-  at::Tensor full;               // padded flat buffer; the parameters are views of it
+  at::Tensor shard;              // this rank's shard (stored dtype), shard_numel elements
+  at::Tensor full;               // padded flat buffer (compute dtype); the parameters are
+                                 // views of it
 };
 
-/// Collective. Lays `params` out in one flat buffer of `dtype` (in order), broadcasts rank
-/// 0's values, keeps this rank's shard, and makes every parameter a view of the buffer. With
+/// Collective. Lays `params` out in one flat buffer of `compute_dtype` (in order), broadcasts
+/// rank 0's values, keeps this rank's shard in `stored_dtype`, and makes every parameter a
+/// view of the buffer. When the two dtypes differ (Note [Compute dtype] in zero/config.h) the
+/// buffer holds the stored values widened, exactly what a later gather gives. With
 /// `keep_whole` false the buffer's storage is then detached, freeing the full copy.
-PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at::ScalarType dtype,
+PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
+                                      at::ScalarType stored_dtype, at::ScalarType compute_dtype,
                                       Communicator& comm, bool keep_whole,
                                       const std::string& owner);
 
@@ -41,7 +45,8 @@ PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params, at:
 struct PrepartitionedUnit {
   std::vector<at::Tensor> params;  // in the order of group.offsets
   PartitionedGroup group;
-  at::ScalarType dtype;
+  at::ScalarType dtype;            // stored
+  at::ScalarType compute_dtype;
   int world = 1;
   int64_t persistence_threshold = 0;
 };

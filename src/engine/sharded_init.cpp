@@ -80,10 +80,11 @@ void partition_declared_unit(torch::nn::Module& module) {
   auto unit = std::make_shared<PrepartitionedUnit>();
   unit->params = params;
   unit->dtype = state->config.param_dtype;
+  unit->compute_dtype = state->config.compute_dtype;
   unit->world = state->comm->size();
   unit->persistence_threshold = threshold;
-  unit->group = partition_parameters(params, unit->dtype, *state->comm, /*keep_whole=*/false,
-                                     module.name());
+  unit->group = partition_parameters(params, unit->dtype, unit->compute_dtype, *state->comm,
+                                     /*keep_whole=*/false, module.name());
   store_prepartitioned(module, std::move(unit));
 }
 

@@ -30,6 +30,13 @@
 // communicated bytes]); the persistent group moves 2x (reduce-scatter, then all-gather after
 // the optimizer step).
 //
+// With a compute dtype wider than the stored one (fp32 from 16-bit shards, Note [Compute
+// dtype] in zero/config.h) `full` and the gathered buffers are fp32: a gather collects the
+// 16-bit shards into a pooled 16-bit staging buffer and widens it into the fp32 buffer, and a
+// group's fp32 gradients are narrowed into the communication dtype as they are copied into
+// its gradient buffer. Shards, collectives and the optimizer's view stay exactly those of the
+// 16-bit run.
+//
 // Note [Stage 3 trace and prefetch]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The first training micro-step records the order in which groups are fetched (forward, then
@@ -190,6 +197,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void partition();
   // Gathering.
   void issue_gather(int g);
+  void all_gather_group(int g, const at::Tensor& output);
   void wait_gathered(int g);
   void release(int g);
   void fetch(int g, bool training);
@@ -304,18 +312,21 @@ void Stage3Engine::collect_parameters() {
     unit.prepartitioned = take_prepartitioned(*unit.module);
     if (!unit.prepartitioned) continue;
     const PrepartitionedUnit& built = *unit.prepartitioned;
-    ZERO_CHECK(built.dtype == param_dtype_ && built.world == world_ &&
+    ZERO_CHECK(built.dtype == param_dtype_ && built.compute_dtype == compute_dtype_ &&
+                   built.world == world_ &&
                    built.persistence_threshold == zc.stage3_param_persistence_threshold,
                "zero::initialize: unit '", unit.name, "' was partitioned by zero::ShardedInit for ",
-               dtype_name(built.dtype), " parameters, world size ", built.world,
-               " and stage3_param_persistence_threshold ", built.persistence_threshold,
-               ", but this config (", config_.source, ") has ", dtype_name(param_dtype_), ", ",
-               world_, " and ", zc.stage3_param_persistence_threshold,
+               dtype_name(built.dtype), " parameters computed in ", dtype_name(built.compute_dtype),
+               ", world size ", built.world, " and stage3_param_persistence_threshold ",
+               built.persistence_threshold, ", but this config (", config_.source, ") has ",
+               dtype_name(param_dtype_), ", ", dtype_name(compute_dtype_), ", ", world_, " and ",
+               zc.stage3_param_persistence_threshold,
                "; build the model under a ShardedInit with the same config");
   }
-  // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()).
-  // Partitioned parameters are in that dtype already, so this never reads their storage.
-  model_->to(param_dtype_);
+  // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()); here
+  // the compute dtype (Note [Compute dtype]). Partitioned parameters are in that dtype already,
+  // so this never reads their storage.
+  model_->to(compute_dtype_);
 
   // Parameters, each once (the first module that registers a shared one owns it).
   std::vector<int> home_unit;  // per params_ entry
@@ -455,8 +466,8 @@ void Stage3Engine::partition() {
       units_[group.unit].prepartitioned.reset();
     } else {
       counted([&] {
-        partitioned =
-            partition_parameters(members, param_dtype_, *comm_, group.persistent, group.name);
+        partitioned = partition_parameters(members, param_dtype_, compute_dtype_, *comm_,
+                                           group.persistent, group.name);
       });
     }
     ZERO_INTERNAL_ASSERT(partitioned.layout.padded_numel == group.layout.padded_numel,
@@ -479,7 +490,7 @@ ModelStateBytes Stage3Engine::model_state_bytes() const {
   bytes.master_params = param_dtype_ == at::kFloat ? 0 : master_.nbytes();
   bytes.optimizer_state = optimizer_->state_bytes();
   bytes.gathered_peak =
-      live_peak_numel_ * static_cast<int64_t>(c10::elementSize(param_dtype_));
+      live_peak_numel_ * static_cast<int64_t>(c10::elementSize(compute_dtype_));
   return bytes;
 }
 
@@ -490,16 +501,32 @@ void Stage3Engine::issue_gather(int g) {
   ZERO_INTERNAL_ASSERT(group.state == GroupState::kReleased, "gather of ", group.name,
                        " while it is not released");
   const int64_t padded = group.layout.padded_numel;
-  at::Tensor buffer = gather_pool_.acquire(padded, param_shard_.options());
+  at::Tensor buffer = gather_pool_.acquire(padded, param_shard_.options().dtype(compute_dtype_));
   group.gathered = buffer;
   attach_storage(group.full, buffer);
   group.state = GroupState::kInFlight;
   live_numel_ += padded;
   live_peak_numel_ = std::max(live_peak_numel_, live_numel_);
-  at::Tensor input = param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel);
   at::Tensor output = buffer.narrow(0, 0, padded);
-  group.ticket = queue_->submit(
-      [this, input, output] { counted([&] { comm_->all_gather(input, output); }); });
+  group.ticket = queue_->submit([this, g, output] { all_gather_group(g, output); });
+}
+
+// Gathers group g's shards into `output` (compute dtype, padded_numel elements): directly,
+// or through a 16-bit staging buffer widened into it. Written through `output`, a tensor of
+// its own: the parameters' version counters are not bumped (Note [Stage 3 units]).
+void Stage3Engine::all_gather_group(int g, const at::Tensor& output) {
+  const Group& group = groups_[g];
+  const at::Tensor input = param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel);
+  if (compute_dtype_ == param_dtype_) {
+    counted([&] { comm_->all_gather(input, output); });
+    return;
+  }
+  const int64_t padded = group.layout.padded_numel;
+  at::Tensor staging = gather_pool_.acquire(padded, param_shard_.options());
+  const at::Tensor stored = staging.narrow(0, 0, padded);
+  counted([&] { comm_->all_gather(input, stored); });
+  output.copy_(stored);
+  gather_pool_.put(std::move(staging));
 }
 
 void Stage3Engine::wait_gathered(int g) {
@@ -795,9 +822,12 @@ void Stage3Engine::apply_update(double grad_multiplier) {
 
 void Stage3Engine::gather_persistent() {
   if (persistent_group_ < 0) return;
-  Group& group = groups_[persistent_group_];
-  at::Tensor input = param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel);
-  counted([&] { comm_->all_gather(input, group.full); });
+  at::NoGradGuard no_grad;
+  // Through a tensor of its own sharing full's storage, like every gather.
+  const Group& group = groups_[persistent_group_];
+  all_gather_group(persistent_group_,
+                   at::from_blob(group.full.data_ptr(), {group.layout.padded_numel},
+                                 group.full.options()));
 }
 
 void Stage3Engine::zero_gradients() { grad_shard_.zero_(); }
@@ -874,8 +904,10 @@ void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_ran
     Group& group = groups_[g];
     if (modifier_rank >= 0) {
       // The modifier's values become everyone's, and this rank's shard (and fp32 master)
-      // takes its part of them.
+      // takes its part of them, as stored: with a wider compute dtype they are rounded to the
+      // stored dtype first, so the gathered copy, the shard and the master agree.
       counted([&] { comm_->broadcast(group.full, modifier_rank); });
+      if (compute_dtype_ != param_dtype_) group.full.copy_(group.full.to(param_dtype_));
       const Range owned = group.layout.owned(rank_);
       at::Tensor source = group.full.narrow(0, owned.begin, owned.size());
       param_shard_.narrow(0, group.shard_offset, owned.size()).copy_(source);

@@ -2,6 +2,7 @@
 #include "zero/gpt2.h"
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 #include <torch/version.h>
 
 #include <cmath>
@@ -86,6 +87,35 @@ GPT2Config GPT2Config::preset(const std::string& name) {
   }
   throw Error(detail::concat("unknown GPT-2 preset \"", name,
                              "\"; known presets: ", join_preset_names()));
+}
+
+std::string GPT2Config::hf_config_json(const std::string& dtype) const {
+  // The fields transformers' GPT2Config defines that differ from its defaults or that a
+  // reader should not have to guess; the rest (summary_*, scale_attn_weights, ...) keep HF's
+  // defaults, which match this model (attention scaled by 1/sqrt(head dim), no inner-dim
+  // override: 4 n_embd).
+  const nlohmann::json config = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", vocab_size},
+      {"n_positions", n_positions},
+      {"n_ctx", n_positions},
+      {"n_embd", n_embd},
+      {"n_layer", n_layer},
+      {"n_head", n_head},
+      {"n_inner", nullptr},
+      {"activation_function", "gelu_new"},
+      {"resid_pdrop", dropout},
+      {"embd_pdrop", dropout},
+      {"attn_pdrop", dropout},
+      {"layer_norm_epsilon", layer_norm_epsilon},
+      {"initializer_range", initializer_range},
+      {"bos_token_id", 50256},
+      {"eos_token_id", 50256},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", dtype},
+  };
+  return config.dump();
 }
 
 std::vector<std::string> GPT2Config::preset_names() {

@@ -79,5 +79,25 @@ run export_damaged 2 "rank_00001.safetensors' is corrupted" \
     -- export "$work/damaged" --out "$work/damaged.safetensors"
 [ ! -e "$work/damaged.safetensors" ] || fail "export of a damaged checkpoint left a file"
 
+# inspect lists the parameters in the model's order (Hugging Face's state-dict order), at
+# stage 3 and at stage 2, whose flat buffer holds them in reverse.
+expected_order="transformer.wte.weight transformer.wpe.weight"
+for layer in 0 1; do
+  for p in ln_1.weight ln_1.bias attn.c_attn.weight attn.c_attn.bias attn.c_proj.weight \
+           attn.c_proj.bias ln_2.weight ln_2.bias mlp.c_fc.weight mlp.c_fc.bias \
+           mlp.c_proj.weight mlp.c_proj.bias; do
+    expected_order+=" transformer.h.$layer.$p"
+  done
+done
+expected_order+=" transformer.ln_f.weight transformer.ln_f.bias"
+if ! timeout 300 "$zero_run" -n 2 -- "$make_checkpoint" "$work/ckpt-stage2" \
+     "$work/reference-stage2.safetensors" 2 fp32 >"$work/make-stage2.out" 2>&1; then
+  cat "$work/make-stage2.out"; fail "could not make the stage 2 test checkpoint"
+fi
+for c in "$ckpt" "$work/ckpt-stage2"; do
+  listed=$("$zero_ckpt" inspect "$c" | awk '/^  transformer\./ {print $1}' | tr '\n' ' ' | sed 's/ $//')
+  [ "$listed" = "$expected_order" ] || fail "inspect $c does not list the parameters in model order: $listed"
+done
+
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "ok: zero-ckpt inspect and export"

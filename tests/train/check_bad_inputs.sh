@@ -51,6 +51,10 @@ check() {
   if grep -qiE "terminate called|stack trace|backtrace|Exception raised from|frame #" "$out"; then
     ok=0; echo "[$name] stack dump in the output"
   fi
+  # zero-run passes --quiet: our one line, not mpirun's banner about the failed job.
+  if grep -qE "Primary job|mpirun detected" "$out"; then
+    ok=0; echo "[$name] mpirun's failure banner in the output"
+  fi
   local messages
   messages=$(grep -c "zero-train: error" "$out")
   if [ "$messages" -gt 1 ]; then ok=0; echo "[$name] $messages error messages, expected one"; fi

@@ -50,6 +50,12 @@ grep -q "<svg" "$resumed/loss.svg" || fail "no loss.svg after the resumed run"
 echo "== nothing left to train"
 train "$work/again.log" --steps 8 --resume auto --out "$resumed" || fail "a rerun of a finished run failed"
 grep -q "nothing left to train" "$work/again.log" || fail "no 'nothing left to train' line"
+echo "== --resume RUN_DIR finds RUN_DIR/checkpoints"
+train "$work/rundir.log" --steps 8 --resume "$resumed" --out "$work/rundir" ||
+  fail "--resume with the run directory failed"
+grep -q "a run directory; resuming from its checkpoints in $resumed/checkpoints" "$work/rundir.log" ||
+  fail "no line naming the run directory's checkpoints"
+grep -q "nothing left to train" "$work/rundir.log" || fail "--resume RUN_DIR did not find step 8"
 echo "== --steps below the checkpoint"
 train "$work/below.log" --steps 3 --resume "$resumed/checkpoints" --out "$work/below"
 status=$?

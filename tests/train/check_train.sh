@@ -3,10 +3,21 @@
 # decreases, the CSV and the plot exist, samples are printed (mid-run and at the end: at stage 3
 # sampling is a collective forward), and the summary's memory figures equal the formula.
 #   check_train.sh ZERO_TRAIN ZERO_RUN CONFIG OUT_DIR STEPS [--expect-formula | --runs-only]
+#                  [--expect-line TEXT]...
 # --runs-only: the run must succeed and write its outputs; the loss is not required to fall
 # (for configs with tiny learning rates, like DeepSpeed's example).
+# --expect-line TEXT: the log has a line containing TEXT (may be repeated).
 set -euo pipefail
-zero_train="$1"; zero_run="$2"; config="$3"; out="$4"; steps="$5"; expect_formula="${6:-}"
+zero_train="$1"; zero_run="$2"; config="$3"; out="$4"; steps="$5"; shift 5
+expect_formula=""
+expected_lines=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --expect-formula|--runs-only) expect_formula="$1"; shift ;;
+    --expect-line) expected_lines+=("$2"); shift 2 ;;
+    *) echo "check_train.sh: unknown option $1"; exit 2 ;;
+  esac
+done
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 rm -rf "$out"
 log="$out.log"
@@ -29,6 +40,9 @@ if [ "$expect_formula" != "--runs-only" ]; then
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "loss did not decrease: $first -> $last"
 fi
 grep -q "^summary" "$log" || fail "no summary"
+for line in "${expected_lines[@]}"; do
+  grep -qF -- "$line" "$log" || fail "no line containing '$line'"
+done
 samples=$(grep -c "^sample: " "$log" || true)
 expected_samples=$(( (steps - 1) / 10 + 1 ))  # every 10 steps but the last, and at the end
 [ "$samples" -eq "$expected_samples" ] || fail "$samples samples printed, expected $expected_samples"

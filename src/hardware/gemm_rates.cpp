@@ -1,0 +1,143 @@
+// GEMM rates of this CPU per compute dtype (zero/gemm_rates.h).
+#include "zero/gemm_rates.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "common/dtype_names.h"
+#include "common/env.h"
+#include "zero/error.h"
+
+namespace zero {
+namespace {
+
+int rate_index(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return 0;
+    case at::kBFloat16: return 1;
+    case at::kHalf: return 2;
+    default: break;
+  }
+  ZERO_CHECK(false, "GEMM rates are measured for fp32, bf16 and fp16, not ", dtype_name(dtype));
+  return 0;
+}
+
+// One linear() of 256 rows by a 256 x 256 weight: 33.5 MFLOP, ~0.5 ms in fp32 and ~4 ms in
+// a slow 16-bit path on one core, large enough that the kernel, not the call, is timed.
+// Inputs are deterministic ramps: measuring must not draw from the global generator, whose
+// state decides the model's initial weights.
+double measure_gflops(at::ScalarType dtype) {
+  constexpr int64_t kRows = 256, kIn = 256, kOut = 256;
+  constexpr int kRepetitions = 3;
+  at::NoGradGuard no_grad;
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor x = at::linspace(-1.0, 1.0, kRows * kIn, options).view({kRows, kIn}).to(dtype);
+  const at::Tensor w = at::linspace(1.0, -1.0, kOut * kIn, options).view({kOut, kIn}).to(dtype);
+  at::Tensor y = at::linear(x, w);  // warm-up: first-call dispatch, packing, page faults
+  double best = 1e30;
+  for (int i = 0; i < kRepetitions; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    y = at::linear(x, w);
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return 2.0 * kRows * kIn * kOut / std::max(best, 1e-9) / 1e9;
+}
+
+}  // namespace
+
+GemmRates::GemmRates() {
+  // Linux: the first processor's model name and flags.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::set<std::string> flags;
+  bool have_model = false, have_flags = false;
+  for (std::string line; std::getline(cpuinfo, line) && !(have_model && have_flags);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name" && !have_model) {
+      cpu_model_ = value;
+      have_model = true;
+    } else if (key == "flags" && !have_flags) {
+      std::istringstream words(value);
+      for (std::string word; words >> word;) flags.insert(word);
+      have_flags = true;
+    }
+  }
+  if (cpu_model_.empty()) cpu_model_ = "unknown CPU";
+  for (const char* flag : {"avx2", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16",
+                           "amx_fp16"}) {
+    if (flags.count(flag)) isa_flags_.emplace_back(flag);
+  }
+}
+
+double GemmRates::gflops(at::ScalarType dtype) const {
+  static std::mutex mutex;
+  const int index = rate_index(dtype);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (rate_[index] == 0) {
+    const auto& replaced = env::gemm_rates_override();
+    const auto it = replaced.find(dtype_name(dtype));
+    rate_[index] = it != replaced.end() ? it->second : measure_gflops(dtype);
+  }
+  return rate_[index];
+}
+
+double GemmRates::slowdown(at::ScalarType dtype) const {
+  if (dtype == at::kFloat) return 1.0;
+  return gflops(at::kFloat) / gflops(dtype);
+}
+
+bool GemmRates::slow(at::ScalarType dtype) const {
+  return dtype != at::kFloat && slowdown(dtype) >= kSlowGemmFactor;
+}
+
+std::string GemmRates::describe(at::ScalarType dtype) const {
+  const std::string name = dtype_name(dtype);
+  std::ostringstream line;
+  line.setf(std::ios::fixed);
+  line.precision(1);
+  const double factor = slowdown(dtype);
+  line << name << " GEMMs run ";
+  if (factor >= 1.0) {
+    line << factor << "x slower than fp32";
+  } else {
+    line << 1.0 / factor << "x faster than fp32";
+  }
+  line << " on this CPU (" << cpu_model_ << ";";
+  for (const auto& flag : isa_flags_) line << " " << flag;
+  // The flags that would make this dtype fast, when the CPU lacks them.
+  const std::vector<std::string> fast_flags =
+      dtype == at::kBFloat16 ? std::vector<std::string>{"avx512_bf16", "amx_bf16"}
+      : dtype == at::kHalf   ? std::vector<std::string>{"avx512_fp16", "amx_fp16"}
+                             : std::vector<std::string>{};
+  std::string missing;
+  for (const auto& flag : fast_flags) {
+    if (std::find(isa_flags_.begin(), isa_flags_.end(), flag) == isa_flags_.end()) {
+      missing += (missing.empty() ? "" : "/") + flag;
+    }
+  }
+  if (!missing.empty()) line << ", no " << missing;
+  line << "; " << gflops(dtype) << " vs " << gflops(at::kFloat) << " GFLOP/s";
+  const auto& replaced = env::gemm_rates_override();
+  if (replaced.count(name) || replaced.count("fp32")) line << ", set by ZERO_GEMM_RATES";
+  line << ")";
+  return line.str();
+}
+
+const GemmRates& measured_gemm_rates() {
+  static const GemmRates rates;
+  return rates;
+}
+
+}  // namespace zero
