@@ -4,7 +4,13 @@
 //
 //   mpirun -np 2 --bind-to core bench_peer_zero --stage 0|1|2|3 --dtype fp32|bf16
 //       --model gpt2-mini --init INIT.safetensors --data TOKENS.bin [--config DS_CONFIG.json]
-//       [--batch 2] [--seq 256] [--warmup 2] [--steps 5] [--threads 1] --out RESULT.json
+//       [--batch 2] [--seq 256] [--warmup 2] [--steps 5] [--threads 1] [--head fused|plain]
+//       --out RESULT.json
+//
+// --head fused (default) trains with GPT2Impl::forward_loss, zero's fused LM head and loss
+// (Note [Fused LM-head cross-entropy]); --head plain computes the logits and then the loss,
+// the same model code path as the Python systems, to separate the model's gain from the
+// engine's.
 //
 // Protocol (bench/peers/README.md): the initial weights are a safetensors file with Hugging
 // Face GPT2LMHeadModel names; rank r's rows of step s are the token windows
@@ -50,6 +56,7 @@ struct Options {
   int warmup = 2;
   int steps = 5;
   int threads = 1;
+  bool fused_head = true;  // GPT2Impl::forward_loss; false: loss(forward(x)), as the peers do
 };
 
 Options parse(int argc, char** argv) {
@@ -70,6 +77,11 @@ Options parse(int argc, char** argv) {
     else if (key == "--warmup") o.warmup = std::stoi(value);
     else if (key == "--steps") o.steps = std::stoi(value);
     else if (key == "--threads") o.threads = std::stoi(value);
+    else if (key == "--head") {
+      ZERO_CHECK(value == "fused" || value == "plain", "bench_peer_zero: --head ", value,
+                 "; allowed: fused, plain");
+      o.fused_head = value == "fused";
+    }
     else ZERO_CHECK(false, "bench_peer_zero: unknown option ", key);
   }
   ZERO_CHECK(!o.init.empty() && !o.data.empty() && !o.out.empty(),
@@ -155,7 +167,7 @@ int run(const Options& o) {
     auto [x, y] = rows.batch(step);
     comm->barrier();
     const auto start = std::chrono::steady_clock::now();
-    at::Tensor loss = model->loss(model->forward(x), y);
+    at::Tensor loss = o.fused_head ? model->forward_loss(x, y) : model->loss(model->forward(x), y);
     engine->backward(loss);
     engine->step();
     comm->barrier();
@@ -174,7 +186,7 @@ int run(const Options& o) {
     const zero::ModelStateBytes bytes = engine->model_state_bytes();
     nlohmann::json result = {
         {"system", "zero"},
-        {"config", "zero-" + std::to_string(o.stage)},
+        {"config", "zero-" + std::to_string(o.stage) + (o.fused_head ? "" : "-plain-head")},
         {"stage", o.stage},
         {"dtype", o.dtype},
         {"world", world},
@@ -186,13 +198,16 @@ int run(const Options& o) {
         {"step_ms", step_ms},
         {"peak_rss_bytes", rss_per_rank},
         {"model_state_bytes", bytes.total()},
-        {"notes", "zero " + zero::dtype_name(config.param_dtype) + " parameters, compute " +
+        {"notes", std::string(o.fused_head ? "fused LM head + loss (GPT2Impl::forward_loss); "
+                                           : "logits then loss, as the Python peers; ") +
+                      "zero " + zero::dtype_name(config.param_dtype) + " parameters, compute " +
                       zero::dtype_name(config.compute_dtype) + ", communication " +
                       zero::dtype_name(config.communication_dtype) + "; effective config " +
                       config.effective_json}};
     std::ofstream(o.out) << result.dump(2) << "\n";
-    std::printf("zero-%d %s: median step %.1f ms, loss %.4f -> %.4f\n", o.stage, o.dtype.c_str(),
-                median(step_ms), losses.front(), losses.back());
+    std::printf("zero-%d%s %s: median step %.1f ms, loss %.4f -> %.4f\n", o.stage,
+                o.fused_head ? "" : " (plain head)", o.dtype.c_str(), median(step_ms),
+                losses.front(), losses.back());
   }
   comm->barrier();
   return 0;

@@ -14,4 +14,4 @@ cmake --build "$BUILD_DIR" -j "$(nproc)" --target zero-train zero-ckpt
 RANKS="${ZERO_DEMO_RANKS:-2}"
 exec "$BUILD_DIR/bin/zero-run" -n "$RANKS" -- "$BUILD_DIR/bin/zero-train" \
   --config configs/demo.json --model gpt2-tiny --data data/tokens/moby_dick \
-  --steps 300 --eval-every 100 --sample-every 150 --seq-len 64 --out runs/demo "$@"
+  --steps 250 --eval-every 50 --sample-every 125 --seq-len 64 --out runs/demo "$@"

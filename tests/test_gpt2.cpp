@@ -264,6 +264,54 @@ TEST(GPT2, TiedWeightsGetBothGradients) {
   EXPECT_EQ(emb_grad.narrow(0, 10, c.vocab_size - 10).abs().sum().item<double>(), 0.0);
 }
 
+// forward_loss (the fused head and loss, Note [Fused LM-head cross-entropy]) against
+// loss(forward): the loss and every parameter's gradient, in fp32 and bf16, for a batch larger
+// than one block of rows (GPT-2's vocabulary, so a block is 166 rows) and for a small one.
+TEST(GPT2, FusedHeadLossMatchesLogitsThenLoss) {
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t rows : {int64_t{3}, int64_t{2 * 200}}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16 " : "fp32 ") + std::to_string(rows) + " rows");
+      torch::manual_seed(3);
+      GPT2Config c = small_config();
+      c.vocab_size = 50257;
+      GPT2 model(c);
+      if (bf16) model->to(at::kBFloat16);
+      const int64_t T = rows > 100 ? 20 : 3;
+      const auto idx = random_ids(rows / T, T, c.vocab_size);
+      const auto targets = random_ids(rows / T, T, c.vocab_size);
+      const auto reference = model->loss(model->forward(idx), targets);
+      reference.backward();
+      std::vector<at::Tensor> expected;
+      for (const auto& p : model->parameters()) expected.push_back(p.grad().clone());
+      model->zero_grad();
+      const auto fused = model->forward_loss(idx, targets);
+      EXPECT_EQ(fused.scalar_type(), at::kFloat);
+      EXPECT_NEAR(fused.item<double>(), reference.item<double>(),
+                  (bf16 ? 1e-3 : 1e-6) * reference.item<double>());
+      fused.backward();
+      const auto params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto got = params[i].grad().to(at::kFloat);
+        const auto want = expected[i].to(at::kFloat);
+        const double error = (got - want).norm().item<double>() / want.norm().item<double>();
+        EXPECT_LE(error, bf16 ? 5e-2 : 1e-5) << "parameter " << i;  // bf16: rounding differs
+      }
+      // Without grad mode: the loss alone, nothing kept for backward.
+      at::NoGradGuard no_grad;
+      EXPECT_NEAR(model->forward_loss(idx, targets).item<double>(), fused.item<double>(),
+                  1e-6 * fused.item<double>());
+    }
+  }
+  GPT2 model(small_config());
+  auto bad = random_ids(1, 8, 97);
+  bad[0][1] = 300;
+  const std::string msg = error_message([&] { model->forward_loss(random_ids(1, 8, 97), bad); });
+  EXPECT_NE(msg.find("300"), std::string::npos) << msg;
+  EXPECT_NE(error_message([&] { model->forward_loss(random_ids(1, 8, 97), random_ids(1, 7, 97)); })
+                .find("shape"),
+            std::string::npos);
+}
+
 // Manual causal attention with the module's own weights: softmax(q k^T / sqrt(d) + mask) v.
 at::Tensor manual_attention(AttentionImpl& attn, const at::Tensor& x, int64_t n_head) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head;

@@ -269,7 +269,7 @@ double evaluate(zero::gpt2::GPT2Impl& model, const zero::EvalBatcher& val,
   double total = 0;
   for (int64_t b = 0; b < val.num_batches(); ++b) {
     auto [x, y] = val.batch(b);
-    total += model.loss(model.forward(x), y).item<double>();
+    total += model.forward_loss(x, y).item<double>();
   }
   model.train();
   return all_mean(comm, total / std::max<int64_t>(val.num_batches(), 1));
@@ -508,7 +508,9 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       double loss_sum = 0;
       for (int micro = 0; micro < gas; ++micro) {
         auto [x, y] = train_sampler->batch(step, micro);
-        at::Tensor loss = model->loss(model->forward(x), y);
+        // The fused head and loss (Note [Fused LM-head cross-entropy]): no [B, T, vocab]
+        // logits, and faster on CPUs.
+        at::Tensor loss = model->forward_loss(x, y);
         loss_sum += loss.item<double>();
         engine->backward(loss);
         engine->step();

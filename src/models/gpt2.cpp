@@ -10,6 +10,7 @@
 #include <sstream>
 #include <utility>
 
+#include "models/lm_head_loss.h"
 #include "zero/error.h"
 #include "zero/unit.h"
 
@@ -293,22 +294,44 @@ at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
   return zero::run_with(*wte, [&] { return at::matmul(hidden, wte->weight.t()); });
 }
 
-at::Tensor GPT2Impl::loss(const at::Tensor& logits, const at::Tensor& targets) {
-  ZERO_CHECK(logits.defined() && targets.defined(), "GPT-2 loss: logits or targets undefined");
-  ZERO_CHECK(logits.dim() >= 2, "GPT-2 loss: logits must be [..., vocab], got shape ",
-             logits.sizes());
-  ZERO_CHECK(targets.scalar_type() == at::kLong, "GPT-2 loss: targets must be int64, got ",
+namespace {
+
+// Targets of shape `expected` (the logits' without the vocab dimension), int64 ids < vocab.
+void check_targets(const at::Tensor& targets, c10::IntArrayRef expected, int64_t vocab,
+                   const char* what) {
+  ZERO_CHECK(targets.defined(), what, ": targets undefined");
+  ZERO_CHECK(targets.scalar_type() == at::kLong, what, ": targets must be int64, got ",
              targets.scalar_type());
-  const int64_t V = logits.size(-1);
-  ZERO_CHECK(targets.sizes() == logits.sizes().slice(0, logits.dim() - 1),
-             "GPT-2 loss: targets shape ", targets.sizes(), " does not match logits shape ",
-             logits.sizes(), " without the vocab dimension");
-  ZERO_CHECK(targets.numel() > 0, "GPT-2 loss: empty targets");
+  ZERO_CHECK(targets.sizes() == expected, what, ": targets shape ", targets.sizes(),
+             " does not match ", expected);
+  ZERO_CHECK(targets.numel() > 0, what, ": empty targets");
   const auto [lo_t, hi_t] = at::aminmax(targets);
   const int64_t lo = lo_t.item<int64_t>();
   const int64_t hi = hi_t.item<int64_t>();
-  ZERO_CHECK(lo >= 0 && hi < V, "GPT-2 loss: target id ", (lo < 0 ? lo : hi),
-             " is out of range; targets must be in [0, vocab ", V, ")");
+  ZERO_CHECK(lo >= 0 && hi < vocab, what, ": target id ", (lo < 0 ? lo : hi),
+             " is out of range; targets must be in [0, vocab ", vocab, ")");
+}
+
+}  // namespace
+
+at::Tensor GPT2Impl::forward_loss(const at::Tensor& idx, const at::Tensor& targets) {
+  ZERO_CHECK(idx.defined(), "GPT-2 input ids are undefined");
+  check_targets(targets, idx.sizes(), config_.vocab_size, "GPT-2 forward_loss");
+  const at::Tensor hidden = transformer->forward(idx);
+  const auto& wte = transformer->wte;
+  // The tied head is a second call of the wte unit (zero/unit.h), as in forward.
+  return zero::run_with(*wte, [&] {
+    return lm_head_cross_entropy(hidden.reshape({-1, config_.n_embd}), wte->weight,
+                                 targets.reshape({-1}));
+  });
+}
+
+at::Tensor GPT2Impl::loss(const at::Tensor& logits, const at::Tensor& targets) {
+  ZERO_CHECK(logits.defined(), "GPT-2 loss: logits undefined");
+  ZERO_CHECK(logits.dim() >= 2, "GPT-2 loss: logits must be [..., vocab], got shape ",
+             logits.sizes());
+  const int64_t V = logits.size(-1);
+  check_targets(targets, logits.sizes().slice(0, logits.dim() - 1), V, "GPT-2 loss");
   const auto flat = logits.reshape({-1, V});
   const auto flat_f = flat.scalar_type() == at::kFloat ? flat : flat.to(at::kFloat);
   return at::cross_entropy_loss(flat_f, targets.reshape({-1}));

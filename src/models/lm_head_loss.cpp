@@ -1,0 +1,122 @@
+// Note [Fused LM-head cross-entropy]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// GPT-2's logits [N, V] (V = 50257) are by far its largest activation: 103 MB for 512 tokens
+// in fp32. Computed whole, the head's GEMM streams them to memory, log_softmax reads and
+// writes them again, and the backward reads and writes them twice more; on a CPU with 2 MB
+// of cache per core that traffic, not arithmetic, sets the speed of a small model's step.
+// Here the rows are taken a block at a time, sized so a block's logits stay in cache:
+//   logits = h_b W^T;  loss += sum(lse - logits[target]);  P = softmax(logits) - onehot;
+//   dh_b = P W / N;  dW += P^T h_b / N
+// so the gradients are computed in the forward (when grad mode is on and an input requires
+// grad) and the backward only scales them by the incoming gradient; the weight is not read
+// again. Same arithmetic as logits -> cross_entropy -> backward, summed in another order:
+// equal to about 1e-6 relative (tests/test_gpt2.cpp). Measured on a 2-core AMD EPYC (AVX2),
+// one core: gpt2-tiny's head and loss 735 -> 476 ms per 512 tokens, gpt2-mini's 1302 ->
+// 1145 ms (Python prototype; docs/benchmarks.md has the C++ numbers).
+#include "models/lm_head_loss.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+#include "zero/error.h"
+
+namespace zero::gpt2 {
+namespace {
+
+// Logits per block: 8M elements (32 MB in fp32): 166 rows at V = 50257. The prototype's
+// best row counts were 128 (C = 128) and 256 (C = 384).
+constexpr int64_t kBlockElements = int64_t{1} << 24;
+
+struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
+                            const at::Tensor& weight, const at::Tensor& targets,
+                            int64_t block_rows) {
+    const int64_t n = hidden.size(0);
+    const int64_t vocab = weight.size(0);
+    const bool need_hidden = ctx != nullptr && hidden.requires_grad();
+    const bool need_weight = ctx != nullptr && weight.requires_grad();
+    const bool gradients = need_hidden || need_weight;
+    const int64_t rows =
+        std::max<int64_t>(1, std::min(n, block_rows > 0 ? block_rows : kBlockElements / vocab));
+    const auto compute = hidden.options();
+    const auto fp32 = compute.dtype(at::kFloat);
+    at::Tensor block = at::empty({rows, vocab}, compute);
+    at::Tensor grad_hidden = need_hidden ? at::empty_like(hidden) : at::Tensor();
+    // Accumulated over blocks in fp32 whatever the compute dtype.
+    at::Tensor grad_weight = need_weight ? at::zeros({vocab, weight.size(1)}, fp32) : at::Tensor();
+    const double scale = 1.0 / static_cast<double>(n);
+    double loss_sum = 0.0;
+    for (int64_t begin = 0; begin < n; begin += rows) {
+      const int64_t r = std::min(rows, n - begin);
+      const at::Tensor h = hidden.narrow(0, begin, r);
+      const at::Tensor t = targets.narrow(0, begin, r);
+      at::Tensor logits = block.narrow(0, 0, r);
+      at::mm_out(logits, h, weight.t());
+      // log-softmax in fp32, in place when the compute dtype is fp32.
+      at::Tensor log_p = logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
+      at::_log_softmax_out(log_p, log_p, 1, false);
+      const at::Tensor picked = log_p.gather(1, t.unsqueeze(1));
+      loss_sum -= picked.sum(at::kDouble).item<double>();
+      if (!gradients) continue;
+      at::Tensor p = log_p.exp_();  // softmax
+      const at::Tensor row_index = at::arange(r, t.options());
+      p.index_put_({row_index, t}, picked.squeeze(1).exp() - 1.0);
+      const at::Tensor p_compute = p.scalar_type() == compute.dtype().toScalarType()
+                                       ? p
+                                       : p.to(compute.dtype().toScalarType());
+      if (need_hidden) {
+        at::Tensor out = grad_hidden.narrow(0, begin, r);
+        at::addmm_out(out, out, p_compute, weight, /*beta=*/0, /*alpha=*/scale);
+      }
+      if (need_weight) {
+        if (grad_weight.scalar_type() == p_compute.scalar_type()) {
+          grad_weight.addmm_(p_compute.t(), h, /*beta=*/1, /*alpha=*/scale);
+        } else {
+          grad_weight.add_(at::mm(p_compute.t(), h), scale);
+        }
+      }
+    }
+    if (ctx != nullptr) {
+      ctx->saved_data["grad_hidden"] = grad_hidden;
+      ctx->saved_data["grad_weight"] = need_weight ? grad_weight.to(weight.scalar_type())
+                                                   : at::Tensor();
+    }
+    return at::scalar_tensor(loss_sum * scale, fp32);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const double g = grads[0].item<double>();
+    auto scaled = [g](const at::Tensor& t) {
+      if (!t.defined()) return at::Tensor();
+      return g == 1.0 ? t : t * g;
+    };
+    return {scaled(ctx->saved_data["grad_hidden"].toTensor()),
+            scaled(ctx->saved_data["grad_weight"].toTensor()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor lm_head_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, int64_t block_rows) {
+  ZERO_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+             "lm_head_cross_entropy: hidden ", hidden.sizes(), " and weight ", weight.sizes(),
+             " must be [N, C] and [V, C]");
+  ZERO_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0) &&
+                 targets.scalar_type() == at::kLong,
+             "lm_head_cross_entropy: targets must be int64 [", hidden.size(0), "], got ",
+             targets.scalar_type(), " ", targets.sizes());
+  ZERO_CHECK(hidden.size(0) > 0, "lm_head_cross_entropy: no rows");
+  ZERO_CHECK(hidden.scalar_type() == weight.scalar_type(), "lm_head_cross_entropy: hidden is ",
+             hidden.scalar_type(), " but weight is ", weight.scalar_type());
+  if (!at::GradMode::is_enabled() || (!hidden.requires_grad() && !weight.requires_grad())) {
+    at::NoGradGuard no_grad;
+    return LmHeadCrossEntropy::forward(nullptr, hidden.contiguous(), weight, targets, block_rows);
+  }
+  return LmHeadCrossEntropy::apply(hidden.contiguous(), weight, targets.contiguous(), block_rows);
+}
+
+}  // namespace zero::gpt2
