@@ -21,6 +21,7 @@
 #include "zero/error.h"
 #include "zero/gemm_rates.h"
 #include "zero/shard.h"
+#include "zero/sharded_init.h"
 
 namespace zero::test {
 namespace {
@@ -277,6 +278,46 @@ TEST(ComputeDtype, Stage3Fp32ComputeKeepsSixteenBitStateAndCommunication) {
   EXPECT_EQ(2 * moved_policy.reduce_scatter.bytes, moved_fp32.reduce_scatter.bytes);
   if (comm->size() > 1) {
     EXPECT_GT(moved_policy.all_gather.bytes, 0);
+  }
+}
+
+// Built under zero::ShardedInit (each unit partitioned as it is declared, its full copy fp32),
+// training is bitwise the same as partitioning the finished model; a ShardedInit made for bf16
+// compute is refused by an engine computing in fp32.
+TEST(ComputeDtype, Stage3Fp32ComputeWithShardedInit) {
+  auto comm = world();
+  RunOptions options;
+  options.stage = 3;
+  options.dtype = "bf16";
+  options.steps = 3;
+  options.extra_top_json = R"("compute_data_type": "fp32")";
+  options.extra_zero_json = kPartitioned;
+  const ModelSpec plain = tiny_gpt2_spec();
+  const RunResult expected = run_engine(plain, options, comm);
+  const Config config = parse_config(make_config_json(options), comm->size(), "test config");
+  ModelSpec sharded = plain;
+  sharded.build = [&] {
+    ShardedInit scope(config, comm);
+    return plain.build();
+  };
+  const RunResult run = run_engine(sharded, options, comm);
+  EXPECT_TRUE(at::equal(run.parameters, expected.parameters));
+  EXPECT_EQ(run.state_bytes.total(), expected.state_bytes.total());
+
+  RunOptions bf16_compute = options;
+  bf16_compute.extra_top_json = "";
+  std::shared_ptr<torch::nn::Module> model;
+  {
+    ShardedInit scope(
+        parse_config(make_config_json(bf16_compute), comm->size(), "bf16 compute"), comm);
+    model = plain.build();
+  }
+  try {
+    initialize(model, config, comm);
+    ADD_FAILURE() << "expected zero::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16 parameters computed in bf16"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -42,26 +42,32 @@ def gemm_list(model: str, rows: int):
 
 
 def make_op(kind, m, k, n, dtype):
-    """A closure running the GEMM [m,k] x [k,n] with the operand layouts autograd would use."""
+    """A closure running the GEMM [m,k] x [k,n] with the operand layouts autograd would use.
+
+    Every product writes into one preallocated output: a fresh [512, 50257] result is 100 MB,
+    and glibc maps and faults it in on every call, which would time the page faults rather than
+    the GEMM (training reuses its memory; zero keeps freed memory, the peers' `retain` allocator
+    does the same)."""
     r = lambda *s: torch.randn(*s, dtype=dtype)  # noqa: E731
+    out = torch.empty(m, n, dtype=dtype)
     if kind == "fwd":  # addmm(bias, X[m,k], W[k,n])
         b, x, w = r(n), r(m, k), r(k, n)
-        return lambda: torch.addmm(b, x, w)
+        return lambda: torch.addmm(b, x, w, out=out)
     if kind == "dx":  # dY[m,k] @ W^T, W stored [n,k] as Conv1D keeps it ([in, out])
         dy, w = r(m, k), r(n, k)
-        return lambda: torch.mm(dy, w.t())
+        return lambda: torch.mm(dy, w.t(), out=out)
     if kind == "dw":  # X^T @ dY[k,n], X stored [k,m] (the activation, [tokens, in])
         x, dy = r(k, m), r(k, n)
-        return lambda: torch.mm(x.t(), dy)
+        return lambda: torch.mm(x.t(), dy, out=out)
     if kind == "head_fwd":  # H[m,k] @ Wte^T, Wte stored [n,k]
         h, wte = r(m, k), r(n, k)
-        return lambda: torch.mm(h, wte.t())
+        return lambda: torch.mm(h, wte.t(), out=out)
     if kind == "head_dx":  # dY[m,k] @ Wte, Wte stored [k,n] = [vocab, C]
         dy, wte = r(m, k), r(k, n)
-        return lambda: torch.mm(dy, wte)
+        return lambda: torch.mm(dy, wte, out=out)
     if kind == "head_dw":  # dY^T @ H, dY stored [k,m] = [tokens, vocab]
         dy, h = r(k, m), r(k, n)
-        return lambda: torch.mm(dy.t(), h)
+        return lambda: torch.mm(dy.t(), h, out=out)
     raise ValueError(kind)
 
 

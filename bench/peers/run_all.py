@@ -39,6 +39,7 @@ ZEROS = ["zero-0", "zero-1", "zero-2", "zero-3",
          "zero-0-plain-head", "zero-1-plain-head", "zero-2-plain-head", "zero-3-plain-head",
          "zero-3-fp32-compute"]
 BF16_ONLY = ["zero-3-fp32-compute"]
+COMPUTE_DTYPE = {"zero-3-fp32-compute": "fp32"}  # MFU is against the dtype the GEMMs run in
 ALL = PEERS + ZEROS
 STAGE = {"torch": None, "ddp": 0, "zero-redundancy-optimizer": 1, "fsdp2-no-reshard": 2,
          "fsdp2-reshard": 3, "deepspeed-1": 1, "deepspeed-2": 2, "deepspeed-3": 3}
@@ -81,6 +82,11 @@ def parse_args():
     p.add_argument("--python", default=None, help="interpreter for the peers (default: the venv's)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per launch")
     p.add_argument("--no-probe-after", action="store_true", help="skip the GEMM probe after the last round")
+    p.add_argument("--report-only", metavar="RUNS_JSON[,RUNS_JSON...]",
+                   help="launch nothing: write --out/report.md from earlier runs.json files (merged, "
+                        "e.g. an fp32 and a bf16 run) and the gemm-probe-*.json files beside them")
+    p.add_argument("--probe", action="store_true",
+                   help="with --report-only: run the GEMM probe now as well (on a quiet machine)")
     p.add_argument("--comm-profile", action="store_true",
                    help="let each peer profile one extra step and list its collectives")
     return p.parse_args()
@@ -263,6 +269,17 @@ def flops_per_token(model, seq):
     return 6 * (n["non_embedding"] + head) + attn, n
 
 
+def peak_gemm_rate(probes, dtype, sources):
+    """FLOP/s of the machine: CORES x the fastest single GEMM measured on one core in `dtype`,
+    over the probes of the runs in `sources` and any probe taken at report time. The closest
+    this machine gets to its hardware peak, so MFU stays comparable with the usual definition
+    (the FLOP-weighted rate of a step's GEMMs is lower: small shapes run below peak). A merged
+    report takes each run's own probes: the shared host's speed drifts between runs."""
+    rates = [max(s["gflops"] for s in p["dtypes"][dtype]["shapes"])
+             for _, p in probes if p and dtype in p["dtypes"] and p.get("source") in sources | {None}]
+    return max(rates) * 1e9 * CORES if rates else None
+
+
 def summarize(records, args, probes):
     """{(dtype, allocator): {config: row}} plus the reference losses per dtype."""
     fpt, _ = flops_per_token(args.model, args.seq)
@@ -295,15 +312,13 @@ def summarize(records, args, probes):
             dev = max(abs(a - b) / abs(b) for a, b in zip(res["losses"][:n], ref[:n]))
             row["parity"] = dev if row["parity"] is None else max(row["parity"], dev)
     for (dtype, _), configs in rows.items():
-        peak = None
-        rates = [p["dtypes"][dtype]["weighted_gflops"] for _, p in probes if p and dtype in p["dtypes"]]
-        if rates:
-            peak = max(rates) * 1e9 * CORES
-        for row in configs.values():
+        sources = {r.get("source") for r in records if r["dtype"] == dtype}
+        for config, row in configs.items():
             if row["step_ms"]:
                 ms = statistics.median(row["step_ms"])
                 row["median_ms"], row["min_ms"], row["max_ms"] = ms, min(row["step_ms"]), max(row["step_ms"])
                 row["tokens_per_s"] = tokens_per_step / (ms / 1e3)
+                peak = peak_gemm_rate(probes, COMPUTE_DTYPE.get(config, dtype), sources)
                 row["mfu"] = fpt * row["tokens_per_s"] / peak if peak else None
     return rows, reference
 
@@ -332,8 +347,9 @@ def report(args, records, probes, skipped, started, versions_, info):
              "timed between barriers (the slowest rank)")
     L.append(f"- model FLOPs per token = 6 x (non-embedding parameters {n['non_embedding']:,} + head "
              f"V x C {c.vocab_size * c.n_embd:,}) + 12 x n_layer x C x T ({12 * c.n_layer * c.n_embd * args.seq:,})"
-             f" = {fpt / 1e6:.1f} MFLOP; MFU = that x tokens/s / ({CORES} cores x the FLOP-weighted "
-             "single-core GEMM rate of the same dtype, the higher of the probes below)")
+             f" = {fpt / 1e6:.1f} MFLOP; MFU = that x tokens/s / ({CORES} cores x the fastest "
+             "single-core GEMM rate in the dtype the GEMMs run in, in the run's own probes below: the machine's "
+             "measured peak)")
     L.append("- loss parity: max over steps of |loss - torch single-process loss| / torch loss, same dtype")
     L.append("- allocators: `default` = nothing set; `retain` = MALLOC_MMAP_THRESHOLD_=1073741824 "
              "MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456 for every process")
@@ -343,10 +359,18 @@ def report(args, records, probes, skipped, started, versions_, info):
 
     for dtype in [d for d in args.dtypes.split(",")]:
         L.append(f"## {dtype}\n")
-        L.append(f"{per_dtype(args, dtype, 'rounds')} round(s), {per_dtype(args, dtype, 'warmup')} warm-up + "
-                 f"{per_dtype(args, dtype, 'steps')} measured steps per launch; median and min–max over all "
+        # Counts come from the records, so a report merged from earlier runs states what ran.
+        ran = [r for r in records if r["dtype"] == dtype and not r.get("reference_only")]
+        if not ran:
+            L.append("Not run.\n")
+            continue
+        done = [r["result"] for r in ran if "result" in r]
+        warmups = sorted({res.get("warmup") for res in done if res.get("warmup") is not None})
+        steps = sorted({len(res["step_ms"]) for res in done})
+        L.append(f"{max(r['round'] for r in ran)} round(s), {'/'.join(map(str, warmups)) or '?'} warm-up + "
+                 f"{'/'.join(map(str, steps)) or '?'} measured steps per launch; median and min–max over all "
                  "measured steps of all rounds; peak RSS = VmHWM, max over rounds.\n")
-        for allocator in per_dtype(args, dtype, "allocators").split(","):
+        for allocator in [a for a in ALLOCATORS if any(r["allocator"] == a for r in ran)]:
             configs = rows.get((dtype, allocator))
             if not configs:
                 continue
@@ -385,7 +409,8 @@ def report(args, records, probes, skipped, started, versions_, info):
 
     if any((row.get("mfu") or 0) > 1 for configs in rows.values() for row in configs.values()):
         L.append("MFU above 100% means the GEMM probe ran slower than the training did: the "
-                 "machine was busier during the probe. Rerun on a quiet machine.\n")
+                 "machine was busier during the probe. Rerun it on a quiet machine "
+                 "(`--report-only --probe`).\n")
     for dtype, ref in reference.items():
         L.append(f"Reference losses (torch, {dtype}): " + ", ".join(f"{x:.6f}" for x in ref) + "\n")
 
@@ -425,6 +450,22 @@ def report(args, records, probes, skipped, started, versions_, info):
     return path
 
 
+def report_only(args, started, vers, info):
+    records, probes = [], []
+    for path in args.report_only.split(","):
+        here = os.path.dirname(os.path.abspath(path))
+        with open(path) as f:
+            records += [dict(r, source=here) for r in json.load(f)]
+        for name in sorted(os.listdir(here)):
+            if name.startswith("gemm-probe-") and name.endswith(".json"):
+                with open(os.path.join(here, name)) as f:
+                    probe = dict(json.load(f), source=here)
+                probes.append((f"{os.path.relpath(here, REPO)}, {name[len('gemm-probe-'):-5]}", probe))
+    if args.probe:
+        probes.append(("at report time", run_probe(args, args.dtypes.split(","), "report")))
+    log(f"report: {report(args, records, probes, [], started, vers, info)}")
+
+
 def main():
     args = parse_args()
     started = datetime.datetime.now().astimezone()
@@ -452,12 +493,18 @@ def main():
         configs = [c for c in configs if c not in ZEROS]
 
     info, vers = machine(), versions(args.python)
+    if args.report_only:
+        report_only(args, started, vers, info)
+        return
     log(f"{info.get('Model name', '?')}; torch {vers['torch']}, deepspeed {vers['deepspeed']}; python {args.python}")
     init = os.path.join(args.out, f"init-{args.model}.safetensors")
     write_init(args.model, init)
     log(f"initial weights: {init}")
 
-    probes = [("before round 1", run_probe(args, dtypes, "before"))]
+    # Probe every dtype a GEMM runs in (bf16 configurations computing in fp32 need fp32's peak).
+    probe_dtypes = dtypes + sorted({COMPUTE_DTYPE[c] for c in configs if c in COMPUTE_DTYPE
+                                    and "bf16" in dtypes} - set(dtypes))
+    probes = [("before round 1", run_probe(args, probe_dtypes, "before"))]
     records = []
     for dtype in dtypes:
         rounds, warmup, steps = (per_dtype(args, dtype, k) for k in ("rounds", "warmup", "steps"))
@@ -481,7 +528,7 @@ def main():
         # A report after each dtype, so a long bf16 part still leaves the fp32 one behind.
         report(args, records, probes, skipped, started, vers, info)
     if not args.no_probe_after:
-        probes.append(("after the last round", run_probe(args, dtypes, "after")))
+        probes.append(("after the last round", run_probe(args, probe_dtypes, "after")))
     path = report(args, records, probes, skipped, started, vers, info)
     log(f"report: {path}")
 
