@@ -220,7 +220,7 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
        "is incomplete or missing"},
       {"bad_json",
        [](const fs::path& p) { std::ofstream(p / "metadata.json") << "{\"format\": "; },
-       "is not valid JSON"},
+       "invalid JSON"},
       {"version",
        [](const fs::path& p) {
          std::ifstream in(p / "metadata.json");

@@ -51,6 +51,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -58,6 +59,7 @@
 #include <vector>
 
 #include "report.h"
+#include "zero/checkpoint.h"
 #include "zero/comm.h"
 #include "zero/config.h"
 #include "zero/console.h"
@@ -105,14 +107,9 @@ struct ResumeFrom {
   std::string note;  // why there is nothing to resume, for --resume auto
 };
 
-// The tag DIR/latest names (Note [Checkpoint format]), read here so that messages can name it.
+// The tag DIR/latest names (Note [Checkpoint format]).
 std::string latest_tag(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "latest");
-  std::string tag;
-  std::getline(in, tag);
-  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
-  ZERO_CHECK(!tag.empty(), "cannot read a checkpoint tag from ", (dir / "latest").string());
-  return tag;
+  return zero::latest_checkpoint_tag(dir.string());
 }
 
 // --resume auto: the checkpoint directory when it has a `latest`, else a fresh start.
@@ -182,9 +179,11 @@ ResumeFrom resume_from(const Options& o) {
 }
 
 // Command-line checks whose messages name the value: "--steps: expected an integer >= 1, got '0'".
-CLI::Validator integer_at_least(int64_t least) {
+// An integer in [least, most]; `why_most` says where the upper bound comes from. The type name
+// shown by --help names only the lower bound (the README's usage table is --help's text).
+CLI::Validator integer_in(int64_t least, int64_t most, const std::string& why_most) {
   return CLI::Validator(
-      [least](std::string& text) -> std::string {
+      [least, most, why_most](std::string& text) -> std::string {
         size_t used = 0;
         long long value = 0;
         try {
@@ -195,9 +194,17 @@ CLI::Validator integer_at_least(int64_t least) {
         if (used == 0 || used != text.size() || value < least) {
           return "expected an integer >= " + std::to_string(least) + ", got '" + text + "'";
         }
+        if (value > most) {
+          return "expected an integer <= " + std::to_string(most) + " (" + why_most + "), got '" +
+                 text + "'";
+        }
         return {};
       },
       least == 0 ? "NONNEGATIVE" : least == 1 ? "POSITIVE" : ">= " + std::to_string(least));
+}
+
+CLI::Validator integer_at_least(int64_t least) {
+  return integer_in(least, std::numeric_limits<int64_t>::max(), "");
 }
 
 CLI::Validator non_empty() {
@@ -731,8 +738,10 @@ int main(int argc, char** argv) {
   app.add_option("--seq-len", o.seq_len, "tokens per sequence (default: min(context, 256))")
       ->check(integer_at_least(0));
   app.add_option("--out", o.out, "run directory")->check(non_empty())->capture_default_str();
+  // More threads than cores only slows a rank down, and 100,000 exhaust the process table.
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   app.add_option("--threads", o.threads, "libtorch threads per rank (default: cores / ranks)")
-      ->check(integer_at_least(0));
+      ->check(integer_in(0, cores, "this machine's " + std::to_string(cores) + " cores"));
   app.add_option("--dropout", o.dropout, "dropout probability of the model, in [0, 1)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {

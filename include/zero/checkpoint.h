@@ -80,6 +80,11 @@ struct CheckpointSummary {
   bool ok() const { return problems.empty(); }
 };
 
+/// The tag DIR/latest names (the newest complete checkpoint in DIR). Throws zero::Error naming
+/// the file when there is none, it is not a small regular file, or the tag it holds is not a
+/// valid tag.
+std::string latest_checkpoint_tag(const std::string& dir);
+
 /// Reads DIR/TAG/metadata.json (tag "": the one DIR/latest names). With `verify`, also reads
 /// every rank file and compares its size and CRC-32 with the metadata (File::problem,
 /// problems). Throws zero::Error when there is no checkpoint, the metadata is missing or not

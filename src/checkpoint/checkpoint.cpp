@@ -38,6 +38,7 @@
 #include <map>
 
 #include "checkpoint/format.h"
+#include "common/bounded_input.h"
 #include "engine/engine_core.h"
 #include "engine/fingerprint.h"
 #include "zero/error.h"
@@ -123,13 +124,7 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
       tag_in.empty() ? "global_step" + std::to_string(counters.global_steps + counters.skipped_steps)
                      : tag_in;
   check_tag(tag);
-  Json client;
-  try {
-    client = Json::parse(client_state);
-  } catch (const std::exception& e) {
-    ZERO_CHECK(false, "save_checkpoint: client_state is not valid JSON (", e.what(), "): ",
-               client_state.substr(0, 200));
-  }
+  const Json client = parse_bounded_json(client_state, "save_checkpoint: client_state");
   const fs::path root(dir);
   const fs::path final_dir = root / tag;
   const fs::path temporary_dir = root / (kTemporaryPrefix + tag);
@@ -138,7 +133,7 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
   agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
     fs::create_directories(root);
     std::string latest;
-    if (fs::exists(root / kLatestFile)) latest = read_text_file(root / kLatestFile, "checkpoint index");
+    if (fs::exists(root / kLatestFile)) latest = read_text_file(root / kLatestFile, "checkpoint index", kMaxIndexBytes);
     while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) latest.pop_back();
     ZERO_CHECK(!(fs::exists(final_dir) && latest == tag), "checkpoint '", final_dir.string(),
                "' exists and is the latest one; save under another tag (replacing it in place ",

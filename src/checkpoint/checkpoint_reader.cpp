@@ -115,6 +115,8 @@ void check_export_dtype(at::ScalarType dtype) {
 
 }  // namespace
 
+std::string latest_checkpoint_tag(const std::string& dir) { return resolve_tag(dir, ""); }
+
 CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& tag, bool verify) {
   const Layout layout = read_layout(dir, tag);
   const Json& m = layout.metadata;

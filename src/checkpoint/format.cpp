@@ -1,5 +1,8 @@
 #include "checkpoint/format.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -7,9 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
+#include "common/bounded_input.h"
 #include "zero/error.h"
 
 namespace zero::checkpoint_format {
@@ -34,12 +36,8 @@ void check_tag(const std::string& tag) {
              "not start with '.', and not be '", kLatestFile, "'");
 }
 
-std::string read_text_file(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  ZERO_CHECK(in.good(), "cannot open ", what, " '", path.string(), "': ", std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+std::string read_text_file(const fs::path& path, const std::string& what, int64_t max_bytes) {
+  return read_regular_file(path.string(), what, max_bytes);
 }
 
 std::string resolve_tag(const fs::path& root, const std::string& tag_in) {
@@ -48,7 +46,7 @@ std::string resolve_tag(const fs::path& root, const std::string& tag_in) {
     const fs::path latest = root / kLatestFile;
     ZERO_CHECK(fs::exists(latest), "no checkpoint to load in '", root.string(), "': '",
                latest.string(), "' does not exist (no save completed there)");
-    tag = read_text_file(latest, "checkpoint index");
+    tag = read_text_file(latest, "checkpoint index", kMaxIndexBytes);
     while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
   }
   check_tag(tag);
@@ -59,12 +57,9 @@ Json read_metadata(const fs::path& checkpoint_dir) {
   const fs::path path = checkpoint_dir / kMetadataFile;
   ZERO_CHECK(fs::exists(path), "checkpoint '", checkpoint_dir.string(),
              "' is incomplete or missing: '", path.string(), "' does not exist");
-  Json metadata;
-  try {
-    metadata = Json::parse(read_text_file(path, "checkpoint metadata"));
-  } catch (const Json::exception& e) {
-    ZERO_CHECK(false, "checkpoint metadata '", path.string(), "' is not valid JSON: ", e.what());
-  }
+  const Json metadata =
+      parse_bounded_json(read_text_file(path, "checkpoint metadata", kMaxMetadataBytes),
+                         "checkpoint metadata '" + path.string() + "'");
   const std::string format =
       metadata.is_object() ? metadata.value("format", std::string()) : std::string();
   ZERO_CHECK(format == kFormat, "'", path.string(), "' is not a zero checkpoint (format '",
@@ -76,7 +71,16 @@ Json read_metadata(const fs::path& checkpoint_dir) {
 }
 
 uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
+  // Opened non-blocking and checked on the descriptor: Note [Bounded input].
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ZERO_CHECK(fd >= 0, "cannot open checkpoint file '", path.string(), "': ", std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    ZERO_CHECK(false, "checkpoint file '", path.string(), "' is not a regular file");
+  }
+  std::FILE* file = ::fdopen(fd, "rb");
+  if (file == nullptr) ::close(fd);
   ZERO_CHECK(file != nullptr, "cannot open checkpoint file '", path.string(), "': ",
              std::strerror(errno));
   std::vector<unsigned char> buffer(4 << 20);

@@ -33,8 +33,10 @@ std::string piece_key(const std::string& kind, const std::string& name, int64_t 
 /// starting with '.', not "latest".
 void check_tag(const std::string& tag);
 
-/// The whole file as text; an error names `what` and the path.
-std::string read_text_file(const std::filesystem::path& path, const std::string& what);
+/// The whole regular file as text, at most `max_bytes` (Note [Bounded input] in
+/// common/bounded_input.h); an error names `what` and the path.
+std::string read_text_file(const std::filesystem::path& path, const std::string& what,
+                           int64_t max_bytes);
 
 /// `tag` itself when non-empty (checked), else the tag DIR/latest names; throws zero::Error
 /// when there is no DIR/latest.

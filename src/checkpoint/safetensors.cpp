@@ -16,6 +16,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "common/bounded_input.h"
 #include "zero/error.h"
 
 // The format is little-endian and we copy tensor bytes as they lie in memory.
@@ -322,10 +323,11 @@ struct Located {
 }  // namespace
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // a FIFO must not block
   ZERO_CHECK(fd.get() >= 0, io_error("cannot open", path));
   struct stat info {};
   ZERO_CHECK(::fstat(fd.get(), &info) == 0, io_error("cannot stat", path));
+  ZERO_CHECK(S_ISREG(info.st_mode), path, ": not a regular file; a safetensors file must be one");
   const uint64_t file_size = static_cast<uint64_t>(info.st_size);
   ZERO_CHECK(file_size >= 8, path, ": not a safetensors file: ", file_size,
              " bytes, fewer than the 8-byte header length");
@@ -347,6 +349,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
   std::string duplicate;
   std::unordered_map<std::string, bool> keys;
   const Json::parser_callback_t callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) {
+      check_json_depth(depth, path + ": the header");
+    }
     if (event == Json::parse_event_t::key && depth == 1 && duplicate.empty()) {
       if (!keys.emplace(parsed.get<std::string>(), true).second) duplicate = parsed.get<std::string>();
     }
@@ -355,7 +360,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   Json header;
   try {
     header = Json::parse(text, callback);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
     ZERO_CHECK(false, path, ": the header is not valid JSON: ", e.what());
   }
   ZERO_CHECK(header.is_object(), path, ": the header is ", header.type_name(),

@@ -4,15 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <climits>
-#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
-#include <system_error>
 #include <vector>
 
+#include "common/bounded_input.h"
 #include "common/dtype_names.h"
 #include "config/keys.h"
 #include "config/reader.h"
@@ -835,19 +833,7 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
 }
 
 Config load_config(const std::string& path, int world_size) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  const int open_error = errno;
-  ZERO_CHECK(file != nullptr, "cannot open config file '", path,
-             "': ", std::system_category().message(open_error));
-  std::string text;
-  char buffer[1 << 16];
-  size_t count = 0;
-  while ((count = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, count);
-  const bool read_failed = std::ferror(file) != 0;
-  const int read_error = errno;
-  std::fclose(file);
-  ZERO_CHECK(!read_failed, "cannot read config file '", path,
-             "': ", std::system_category().message(read_error));
+  const std::string text = read_regular_file(path, "config file", kMaxConfigBytes);
   return parse_config(text, world_size, path);
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/bounded_input.h"
 #include "config/keys.h"
 #include "zero/error.h"
 
@@ -126,12 +127,14 @@ void fail(const std::string& source, const std::string& message) {
 
 Json parse_json_text(const std::string& text, const std::string& source) {
   std::vector<ParseFrame> frames;
-  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) -> bool {
+  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) -> bool {
     switch (event) {
       case Json::parse_event_t::object_start:
+        check_json_depth(depth, source);
         frames.push_back(ParseFrame{true, {}, {}, 0});
         break;
       case Json::parse_event_t::array_start:
+        check_json_depth(depth, source);
         frames.push_back(ParseFrame{false, {}, {}, 0});
         break;
       case Json::parse_event_t::key: {
@@ -168,6 +171,9 @@ Json parse_json_text(const std::string& text, const std::string& source) {
     message << "invalid JSON at line " << line << ", column " << column << " (byte " << e.byte
             << "): " << e.what();
     fail(source, message.str());
+  } catch (const Json::exception& e) {
+    // Raised while parsing, without a position: a number beyond double's range (1e400).
+    fail(source, std::string("invalid JSON: ") + e.what());
   }
 }
 

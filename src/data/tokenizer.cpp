@@ -3,12 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <unordered_map>
 
+#include "common/bounded_input.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -69,18 +67,8 @@ const std::vector<uint32_t>& gpt2_byte_to_unicode() {
 }
 
 GPT2Decoder GPT2Decoder::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ZERO_CHECK(in.good(), "GPT-2 encoder '", path, "': cannot open: ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  ZERO_CHECK(!in.bad(), "GPT-2 encoder '", path, "': read error");
-
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(detail::concat("GPT-2 encoder '", path, "': malformed JSON: ", e.what()));
-  }
+  const nlohmann::json json = parse_bounded_json(
+      read_regular_file(path, "GPT-2 encoder", kMaxEncoderBytes), "GPT-2 encoder '" + path + "'");
   ZERO_CHECK(json.is_object(), "GPT-2 encoder '", path,
              "': expected a JSON object mapping token strings to ids, found a JSON ",
              json.type_name());

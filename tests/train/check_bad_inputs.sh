@@ -79,6 +79,18 @@ echo '{"format": "zero-checkpoint", "version": 99}' > "$work/bad-checkpoint/glob
 check checkpoint_dir_in_use "$work/bad-checkpoint" "latest: global_step1" "--resume auto" -- \
   --config "$good_config" --save-every 1 --checkpoint-dir "$work/bad-checkpoint"
 check resume_bad_checkpoint "cannot resume" "version 99" -- --config "$good_config" --resume "$work/bad-checkpoint"
+# Inputs that are not what they claim (Note [Bounded input] in src/common/bounded_input.h):
+# none may hang, grow memory without bound or crash.
+check threads_too_many "--threads" "100000" "cores" -- --config "$good_config" --threads 100000
+mkfifo "$work/fifo.json"
+check config_fifo "$work/fifo.json" "FIFO" -- --config "$work/fifo.json"
+check config_dev_zero "/dev/zero" "character device" -- --config /dev/zero
+python3 -c 'print("{\"zero_optimization\": {\"stage\": " + "[" * 100000 + "]" * 100000 + "}}")' > "$work/deep.json"
+check config_deep "$work/deep.json" "nested deeper than 64" -- --config "$work/deep.json"
+echo '{"train_micro_batch_size_per_gpu": 1e400}' > "$work/overflow.json"
+check config_number_overflow "$work/overflow.json" "1e400" -- --config "$work/overflow.json"
+mkdir -p "$work/fifo-checkpoint"; mkfifo "$work/fifo-checkpoint/latest"
+check resume_latest_fifo "$work/fifo-checkpoint/latest" "FIFO" -- --config "$good_config" --resume "$work/fifo-checkpoint"
 # No rank may outlive its job. Only this script's ranks count (every case passes --out under
 # $work): other tests may run zero-train at the same time (ctest -j). Anchored at the binary,
 # since this script's own command line also contains the paths.
