@@ -200,9 +200,34 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
     std::function<void(const fs::path&)> damage;  // on rank 0
     std::string expected;
   };
+  // Rewrites every occurrence of `from` in the metadata.
+  auto edit_metadata = [](const fs::path& p, const std::string& from, const std::string& to) {
+    std::ifstream in(p / "metadata.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+      text.replace(at, from.size(), to);
+    }
+    std::ofstream(p / "metadata.json") << text;
+  };
   const std::vector<Case> cases = {
       {"missing_file", [](const fs::path& p) { fs::remove(p / "rank_00000.safetensors"); },
        "rank_00000.safetensors' is missing"},
+      // Metadata naming a file outside the checkpoint, even one that exists, is not followed.
+      {"file_outside",
+       [&](const fs::path& p) {
+         edit_metadata(p, "\"rank_00000.safetensors\"", "\"../good/rank_00000.safetensors\"");
+       },
+       "no other name is read"},
+      {"file_absolute",
+       [&](const fs::path& p) { edit_metadata(p, "\"rank_00000.safetensors\"", "\"/etc/passwd\""); },
+       "no other name is read"},
+      {"rank_file_symlink",
+       [](const fs::path& p) {
+         fs::rename(p / "rank_00000.safetensors", p.parent_path() / "elsewhere.safetensors");
+         fs::create_symlink(p.parent_path() / "elsewhere.safetensors", p / "rank_00000.safetensors");
+       },
+       "is a symbolic link"},
       {"truncated",
        [](const fs::path& p) {
          fs::resize_file(p / "rank_00000.safetensors",

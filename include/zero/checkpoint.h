@@ -105,7 +105,8 @@ std::vector<std::pair<std::string, at::Tensor>> read_checkpoint_weights(
 /// then renamed) with metadata {"format": "pt"}: the parameters under their module names,
 /// which for zero::gpt2 are Hugging Face GPT2LMHeadModel's (the lm_head is tied to
 /// transformer.wte.weight and, as in HF's files, not stored separately). Returns the bytes
-/// written.
+/// written. `out` may be in `dir` but not inside one of its checkpoints nor be DIR/latest
+/// (zero::Error: it could replace the files being read).
 int64_t export_checkpoint_weights(const std::string& dir, const std::string& tag,
                                   const std::string& out, at::ScalarType dtype = at::kFloat);
 

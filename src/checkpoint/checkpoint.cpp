@@ -288,8 +288,7 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
     for (int f = 0; f < static_cast<int>(files.size()); ++f) {
       const bool rng_file = same_world && f == rank;
       if (!needed[f] && !rng_file) continue;
-      const fs::path path = checkpoint_dir / files[f].at("file").get<std::string>();
-      verify_rank_file(path, files[f]);
+      const fs::path path = verify_rank_file(checkpoint_dir, files, f);
       const SafetensorsFile file = read_safetensors(path.string());
       auto tensor = [&](const std::string& key) -> const at::Tensor& {
         const auto it = file.tensors.find(key);

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -86,8 +88,7 @@ std::vector<std::pair<std::string, at::Tensor>> assemble_master(const Layout& la
   }
   const Json& files = layout.metadata.at("files");
   for (int f = 0; f < static_cast<int>(files.size()); ++f) {
-    const fs::path path = layout.dir / files[f].at("file").get<std::string>();
-    verify_rank_file(path, files[f]);
+    const fs::path path = verify_rank_file(layout.dir, files, f);
     const SafetensorsFile file = read_safetensors(path.string());
     for (const auto& [name, pieces] : layout.pieces) {
       for (const SavedPiece& piece : pieces) {
@@ -169,7 +170,7 @@ CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& 
     s.verified = true;
     for (size_t f = 0; f < s.files.size(); ++f) {
       try {
-        verify_rank_file(layout.dir / s.files[f].name, m.at("files")[f]);
+        verify_rank_file(layout.dir, m.at("files"), static_cast<int>(f));
       } catch (const Error& e) {
         s.files[f].problem = e.what();
         s.problems.push_back(e.what());
@@ -193,6 +194,15 @@ std::vector<std::pair<std::string, at::Tensor>> read_checkpoint_weights(const st
 int64_t export_checkpoint_weights(const std::string& dir, const std::string& tag,
                                   const std::string& out, at::ScalarType dtype) {
   check_export_dtype(dtype);
+  // Writing into a checkpoint could replace one of its rank files or `latest`: the output may
+  // sit beside the checkpoints in DIR, not inside one of them, and not be DIR/latest.
+  const fs::path root = fs::weakly_canonical(fs::absolute(dir));
+  const fs::path target = fs::weakly_canonical(fs::absolute(out));
+  const auto [in_root, in_target] = std::mismatch(root.begin(), root.end(), target.begin(), target.end());
+  const bool inside = in_root == root.end() && in_target != target.end() &&
+                      (std::next(in_target) != target.end() || *in_target == kLatestFile);
+  ZERO_CHECK(!inside, "export: output '", out, "' is inside a checkpoint of '", dir,
+             "' or is its '", kLatestFile, "'; write the weights beside the checkpoints or elsewhere");
   // fp32 whole, converted one tensor at a time as it is written.
   const std::vector<std::pair<std::string, at::Tensor>> weights =
       assemble_master(read_layout(dir, tag));

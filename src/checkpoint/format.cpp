@@ -98,8 +98,20 @@ uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-void verify_rank_file(const fs::path& path, const Json& entry) {
-  ZERO_CHECK(fs::exists(path), "checkpoint file '", path.string(), "' is missing");
+fs::path verify_rank_file(const fs::path& checkpoint_dir, const Json& files, int index) {
+  const Json& entry = files.at(index);
+  const Json& name = entry.at("file");
+  const std::string expected = rank_file_name(index);
+  ZERO_CHECK(name.is_string() && name.get_ref<const std::string&>() == expected,
+             "checkpoint metadata '", (checkpoint_dir / kMetadataFile).string(), "': files[",
+             index, "].file is ", name.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200),
+             "; rank ", index, "'s file is '", expected, "' (no other name is read)");
+  const fs::path path = checkpoint_dir / expected;
+  std::error_code error;
+  const fs::file_status status = fs::symlink_status(path, error);
+  ZERO_CHECK(!error && fs::exists(status), "checkpoint file '", path.string(), "' is missing");
+  ZERO_CHECK(!fs::is_symlink(status), "checkpoint file '", path.string(),
+             "' is a symbolic link; rank files must be regular files inside the checkpoint");
   const int64_t recorded_bytes = entry.at("bytes").get<int64_t>();
   const uint32_t recorded_crc = entry.at("crc32").get<uint32_t>();
   int64_t bytes = 0;
@@ -108,6 +120,7 @@ void verify_rank_file(const fs::path& path, const Json& entry) {
              " bytes but the metadata records ", recorded_bytes, " (truncated or replaced)");
   ZERO_CHECK(crc == recorded_crc, "checkpoint file '", path.string(), "' is corrupted: CRC-32 ",
              crc, " does not match the recorded ", recorded_crc);
+  return path;
 }
 
 std::map<std::string, std::vector<SavedPiece>> saved_pieces(const Json& files) {

@@ -50,10 +50,15 @@ nlohmann::json read_metadata(const std::filesystem::path& checkpoint_dir);
 /// CRC-32 (zlib's crc32) of a whole file, read in 4 MiB pieces; its size in `bytes`.
 uint32_t file_crc32(const std::filesystem::path& path, int64_t* bytes);
 
-/// Checks the rank file `path` against its metadata entry (metadata.json "files"[i]: "file",
-/// "bytes", "crc32", "pieces"): it exists, has the recorded size and the recorded CRC-32.
-/// Throws zero::Error naming the file and what is wrong (missing, truncated, corrupted).
-void verify_rank_file(const std::filesystem::path& path, const nlohmann::json& entry);
+/// Checks rank `index`'s file of the checkpoint in `checkpoint_dir` against its metadata entry
+/// (metadata.json "files"[index]: "file", "bytes", "crc32", "pieces") and returns its path.
+/// The entry must name rank_file_name(index), the only name a save writes: a plain name, so
+/// no metadata can make zero open a file outside the checkpoint ("../x", "/etc/passwd"). The
+/// file must be a regular file in the directory, not a symbolic link (which could lead out of
+/// it), have the recorded size and the recorded CRC-32. Throws zero::Error naming the file and
+/// what is wrong (renamed, missing, a link, truncated, corrupted).
+std::filesystem::path verify_rank_file(const std::filesystem::path& checkpoint_dir,
+                                       const nlohmann::json& files, int index);
 
 /// metadata.json "counters": training progress, written by save_checkpoint and read by
 /// load_checkpoint and inspect_checkpoint.

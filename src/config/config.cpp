@@ -49,9 +49,13 @@ std::string lower(std::string text) {
 // divisibility error where DeepSpeed's floor division would only fail the final equality.
 void parse_batch(const ObjectView& top, int world_size, Config& config) {
   const std::string& source = top.source();
+  // Bounded by INT_MAX: samplers, loops and checkpoint counters hold these as int, and no
+  // real batch comes near it (2^32 + 1 would otherwise wrap to 1 further on).
   auto read = [&](const char* key) -> std::optional<int64_t> {
     std::optional<int64_t> value = top.get_optional_integer(key, "an integer > 0");
-    if (value && *value <= 0) top.invalid(key, *top.raw(key), "an integer > 0");
+    if (value && (*value <= 0 || *value > INT_MAX)) {
+      top.invalid(key, *top.raw(key), "an integer > 0 and <= " + std::to_string(INT_MAX));
+    }
     return value;
   };
   const std::optional<int64_t> tbs = read("train_batch_size");

@@ -57,6 +57,11 @@ run no_checkpoint 2 "no checkpoint to load in '$work/none'" -- inspect "$work/no
 run unknown_tag 2 "is incomplete or missing" -- inspect "$ckpt" --tag global_step9
 run no_out 2 "--out is required" -- export "$ckpt"
 run bad_dtype 2 "int8" -- export "$ckpt" --out "$work/x.safetensors" --dtype int8
+# The export may not write into the checkpoint it reads (it could replace a rank file).
+run export_into_checkpoint 2 "is inside a checkpoint of" \
+    -- export "$ckpt" --out "$ckpt/global_step2/rank_00000.safetensors"
+run export_onto_latest 2 "or is its 'latest'" -- export "$ckpt" --out "$ckpt/latest"
+run inspect_after_export_into_checkpoint 0 "every file's size and CRC-32 match" -- inspect "$ckpt" --verify
 run no_command 2 "A subcommand is required" --
 run unknown_command 2 "unknown command 'convert'" -- convert "$ckpt"
 run help 0 "inspect" "export" -- --help
