@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "directory_lock.h"
 #include "report.h"
 #include "zero/checkpoint.h"
 #include "zero/comm.h"
@@ -360,8 +361,20 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   }
   if (!ranks_agree_ok(*comm, error)) return 2;
   ResumeFrom from;
+  // One job per directory (Note [Directory lock] in directory_lock.h): rank 0 takes the locks
+  // before anything is written there and holds them until run() returns.
+  std::optional<zero::train::DirectoryLock> run_lock;
+  std::optional<zero::train::DirectoryLock> checkpoint_lock;
   error.clear();
   try {
+    if (rank == 0) {
+      run_lock.emplace(o.out, "run directory");
+      const std::string checkpoints = checkpoint_dir(o);
+      std::error_code different;
+      if (o.save_every > 0 && !std::filesystem::equivalent(checkpoints, o.out, different)) {
+        checkpoint_lock.emplace(checkpoints, "checkpoint directory");
+      }
+    }
     from = resume_from(o);
   } catch (const std::exception& e) {
     error = e.what();

@@ -91,6 +91,26 @@ echo '{"train_micro_batch_size_per_gpu": 1e400}' > "$work/overflow.json"
 check config_number_overflow "$work/overflow.json" "1e400" -- --config "$work/overflow.json"
 mkdir -p "$work/fifo-checkpoint"; mkfifo "$work/fifo-checkpoint/latest"
 check resume_latest_fifo "$work/fifo-checkpoint/latest" "FIFO" -- --config "$good_config" --resume "$work/fifo-checkpoint"
+# One job per directory (Note [Directory lock]): while job A trains in run-shared with its
+# checkpoints in shared-ckpt, a second job on either directory ends at start-up naming A.
+"$zero_run" -n 1 -- "$zero_train" --config "$good_config" --steps 100000 --out "$work/run-shared" \
+  --save-every 100000 --checkpoint-dir "$work/shared-ckpt" >"$work/job-a.out" 2>&1 &
+job_a=$!
+for _ in $(seq 600); do
+  [ -s "$work/run-shared/.zero-lock" ] && [ -s "$work/shared-ckpt/.zero-lock" ] && break
+  sleep 0.1
+done
+holder="pid $(cut -d' ' -f2 "$work/run-shared/.zero-lock")"
+check shared "run directory $work/run-shared is in use by another job" "$holder" -- --config "$good_config"
+check shared_checkpoints "checkpoint directory $work/shared-ckpt is in use by another job" "$holder" -- \
+  --config "$good_config" --save-every 1 --checkpoint-dir "$work/shared-ckpt"
+grep -q "step" "$work/run-shared/metrics.csv" 2>/dev/null || sleep 2
+rows_before=$(wc -l < "$work/run-shared/metrics.csv" 2>/dev/null || echo 0)
+kill -TERM "$job_a"; wait "$job_a" 2>/dev/null
+rows_after=$(wc -l < "$work/run-shared/metrics.csv" 2>/dev/null || echo 0)
+if [ "$rows_after" -lt "$rows_before" ]; then
+  echo "[shared] job A's metrics.csv lost rows ($rows_before -> $rows_after)"; failures=$((failures + 1))
+fi
 # No rank may outlive its job. Only this script's ranks count (every case passes --out under
 # $work): other tests may run zero-train at the same time (ctest -j). Anchored at the binary,
 # since this script's own command line also contains the paths.
