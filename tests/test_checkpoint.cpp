@@ -222,6 +222,20 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
       {"file_absolute",
        [&](const fs::path& p) { edit_metadata(p, "\"rank_00000.safetensors\"", "\"/etc/passwd\""); },
        "no other name is read"},
+      // Edited header integers are refused by key instead of being cast.
+      {"world_size_zero",
+       [&](const fs::path& p) {
+         edit_metadata(p, "\"world_size\": " + std::to_string(comm->size()), "\"world_size\": 0");
+       },
+       "world_size = 0 is invalid"},
+      {"stage_seven", [&](const fs::path& p) { edit_metadata(p, "\"stage\": 1,", "\"stage\": 7,"); },
+       "stage = 7 is invalid"},
+      {"gas_beyond_int",
+       [&](const fs::path& p) {
+         edit_metadata(p, "\"gradient_accumulation_steps\": 1,",
+                       "\"gradient_accumulation_steps\": 4294967297,");
+       },
+       "counters.gradient_accumulation_steps = 4294967297 is invalid"},
       {"rank_file_symlink",
        [](const fs::path& p) {
          fs::rename(p / "rank_00000.safetensors", p.parent_path() / "elsewhere.safetensors");

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "common/bounded_input.h"
 #include "zero/error.h"
@@ -53,6 +54,50 @@ std::string resolve_tag(const fs::path& root, const std::string& tag_in) {
   return tag;
 }
 
+namespace {
+
+// The integers the loader and the reader narrow (world size, stage, counters) are checked here,
+// once, for both: an edited metadata.json with world_size 0 or -1, stage 7 or a counter beyond
+// its type is refused with its key path instead of being cast.
+void check_metadata_ranges(const Json& metadata, const fs::path& path) {
+  auto check = [&](const Json& parent, const std::string& where, const char* key, int64_t least,
+                   int64_t most) {
+    const Json* value = parent.is_object() && parent.contains(key) ? &parent.at(key) : nullptr;
+    bool ok = false;
+    if (value != nullptr && value->is_number_unsigned()) {
+      ok = value->get<uint64_t>() <= static_cast<uint64_t>(most) &&
+           static_cast<int64_t>(value->get<uint64_t>()) >= least;
+    } else if (value != nullptr && value->is_number_integer()) {
+      ok = value->get<int64_t>() >= least && value->get<int64_t>() <= most;
+    }
+    ZERO_CHECK(ok, "checkpoint metadata '", path.string(), "': ", where, key, " = ",
+               value != nullptr ? value->dump().substr(0, 100) : std::string("(missing)"),
+               " is invalid; expected an integer in [", least, ", ", most, "]");
+  };
+  constexpr int64_t kInt = std::numeric_limits<int>::max();
+  constexpr int64_t kInt64 = std::numeric_limits<int64_t>::max();
+  check(metadata, "", "world_size", 1, kInt);
+  check(metadata, "", "stage", 0, 3);
+  const Json* files = metadata.contains("files") ? &metadata.at("files") : nullptr;
+  ZERO_CHECK(files != nullptr && files->is_array() &&
+                 files->size() == metadata.at("world_size").get<uint64_t>(),
+             "checkpoint metadata '", path.string(), "': files must list one entry per rank (",
+             metadata.at("world_size").get<int64_t>(), "), found ",
+             files == nullptr ? std::string("none") : files->dump().substr(0, 100));
+  const Json empty = Json::object();
+  const Json& counters = metadata.contains("counters") ? metadata.at("counters") : empty;
+  for (const char* key : {"global_steps", "skipped_steps", "micro_steps", "optimizer_steps"}) {
+    check(counters, "counters.", key, 0, kInt64);
+  }
+  check(counters, "counters.", "gradient_accumulation_steps", 1, kInt);
+  const Json& scaler = counters.contains("loss_scaler") ? counters.at("loss_scaler") : empty;
+  check(scaler, "counters.loss_scaler.", "current_hysteresis", 0, kInt);
+  check(scaler, "counters.loss_scaler.", "iteration", 0, kInt64);
+  check(scaler, "counters.loss_scaler.", "last_overflow_iteration", -1, kInt64);
+}
+
+}  // namespace
+
 Json read_metadata(const fs::path& checkpoint_dir) {
   const fs::path path = checkpoint_dir / kMetadataFile;
   ZERO_CHECK(fs::exists(path), "checkpoint '", checkpoint_dir.string(),
@@ -67,6 +112,7 @@ Json read_metadata(const fs::path& checkpoint_dir) {
   const int version = metadata.value("version", -1);
   ZERO_CHECK(version == kVersion, "'", path.string(), "' has checkpoint format version ",
              version, "; this build reads version ", kVersion);
+  check_metadata_ranges(metadata, path);
   return metadata;
 }
 
