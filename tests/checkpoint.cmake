@@ -13,7 +13,8 @@ endif()
 zero_add_test(NAME test_model_export SOURCES test_model_export.cpp ${zero_harness_sources}
               LIBS ${zero_harness_libs} RANKS 1 2 3 TIMEOUT 120)
 zero_add_test(NAME test_checkpoint SOURCES test_checkpoint.cpp ${zero_harness_sources}
-              LIBS ${zero_harness_libs} RANKS 1 2 4 TIMEOUT 600)
+              LIBS ${zero_harness_libs} nlohmann_json::nlohmann_json ZLIB::ZLIB RANKS 1 2 4
+              TIMEOUT 600)
 
 # Interoperability with Hugging Face's safetensors package; skipped (exit 77) without it.
 find_program(ZERO_PYTHON3 NAMES python3)  # the one on PATH, where pip installs
@@ -30,7 +31,7 @@ endif()
 # Reading checkpoints without an engine (zero/checkpoint.h) and the zero-ckpt tool.
 zero_add_test(NAME test_checkpoint_export SOURCES test_checkpoint_export.cpp
               ${zero_harness_sources} LIBS ${zero_harness_libs} nlohmann_json::nlohmann_json
-              RANKS 1 2 TIMEOUT 300)
+              ZLIB::ZLIB RANKS 1 2 TIMEOUT 300)
 if(TARGET zero-ckpt)
   # A real 2-rank checkpoint for zero-ckpt to read (tests/checkpoint/make_test_checkpoint.cpp).
   add_executable(make_test_checkpoint checkpoint/make_test_checkpoint.cpp ${zero_harness_sources})

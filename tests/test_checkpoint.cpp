@@ -6,13 +6,17 @@
 
 #include <ATen/ATen.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/metadata_edit.h"
 #include "engine_harness.h"
 #include "test_util.h"
 #include "zero/error.h"
 #include "zero/gathered_parameters.h"
+#include "zero/safetensors.h"
 
 namespace zero::test {
 namespace {
@@ -200,15 +204,39 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
     std::function<void(const fs::path&)> damage;  // on rank 0
     std::string expected;
   };
-  // Rewrites every occurrence of `from` in the metadata.
-  auto edit_metadata = [](const fs::path& p, const std::string& from, const std::string& to) {
-    std::ifstream in(p / "metadata.json");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    in.close();
+  using Json = nlohmann::json;
+  auto resign = [](const fs::path& p) { edit_metadata_json(p, [](Json&) {}); };
+  // Rewrites every occurrence of `from` in the metadata; `sign` recomputes its checksum, as a
+  // careful forger would, so the checks behind the checksum are the ones tested.
+  auto edit_metadata = [&](const fs::path& p, const std::string& from, const std::string& to,
+                           bool sign = true) {
+    std::string text = file_text(p / "metadata.json");
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
       text.replace(at, from.size(), to);
     }
     std::ofstream(p / "metadata.json") << text;
+    if (sign) resign(p);
+  };
+  // Rewrites tensors of rank 0's file and records its new size and CRC-32 in the (re-signed)
+  // metadata: every check but the content's own must pass.
+  auto edit_rank0_file = [&](const fs::path& p, const std::function<void(SafetensorsFile&)>& edit) {
+    const fs::path file = p / "rank_00000.safetensors";
+    SafetensorsFile content = read_safetensors(file.string());
+    edit(content);
+    std::vector<std::pair<std::string, at::Tensor>> tensors(content.tensors.begin(),
+                                                            content.tensors.end());
+    write_safetensors(file.string(), tensors, content.metadata);
+    const std::string bytes = file_text(file);
+    edit_metadata_json(p, [&](Json& metadata) {
+      metadata["files"][0]["bytes"] = bytes.size();
+      metadata["files"][0]["crc32"] = crc32_of(bytes);
+    });
+  };
+  auto first_master_key = [](const SafetensorsFile& content) {
+    for (const auto& [key, tensor] : content.tensors) {
+      if (key.rfind("master/", 0) == 0) return key;
+    }
+    return std::string();
   };
   const std::vector<Case> cases = {
       {"missing_file", [](const fs::path& p) { fs::remove(p / "rank_00000.safetensors"); },
@@ -236,6 +264,66 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
                        "\"gradient_accumulation_steps\": 4294967297,");
        },
        "counters.gradient_accumulation_steps = 4294967297 is invalid"},
+      // metadata.json carries its own CRC-32: an edited step counter (the wrong learning
+      // rate after resume) is refused.
+      {"metadata_edited",
+       [&](const fs::path& p) {
+         edit_metadata(p, "\"global_steps\": 2,", "\"global_steps\": 7,", /*sign=*/false);
+       },
+       "was edited or damaged: its CRC-32"},
+      {"metadata_unsigned",
+       [](const fs::path& p) {
+         edit_metadata_json(p, [](Json& metadata) { metadata.erase("crc32"); }, /*sign=*/false);
+       },
+       "records none"},
+      // A piece relabelled as another parameter of the same shape leaves one parameter
+      // doubled and one uncovered: the loader checks coverage as the reader does.
+      {"piece_relabelled",
+       [](const fs::path& p) {
+         edit_metadata_json(p, [](Json& metadata) {
+           Json& piece = metadata["files"][0]["pieces"][0];
+           for (const Json& other : metadata["parameters"]) {
+             if (other["name"] == piece[0]) continue;
+             piece[0] = other["name"];
+             break;
+           }
+         });
+       },
+       "(the pieces must cover every element once)"},
+      // Master pieces relabelled I32 with a recomputed CRC: refused by dtype, not trained on.
+      {"master_as_int32",
+       [&](const fs::path& p) {
+         edit_rank0_file(p, [&](SafetensorsFile& content) {
+           at::Tensor& master = content.tensors[first_master_key(content)];
+           master = master.view(at::kInt);
+         });
+       },
+       "where the metadata says fp32"},
+      // A short or reshaped generator state fails before the ranks agree to commit, on the
+      // rank that reads it (it crashed that rank alone after the commit before).
+      {"rng_short",
+       [&](const fs::path& p) {
+         edit_rank0_file(p, [](SafetensorsFile& content) {
+           at::Tensor& rng = content.tensors["rng/cpu"];
+           rng = rng.narrow(0, 0, rng.numel() - 16).clone();
+         });
+       },
+       "'rng/cpu' is Byte[5040]; a CPU generator state is uint8 [5056]"},
+      {"rng_two_dimensional",
+       [&](const fs::path& p) {
+         edit_rank0_file(p, [](SafetensorsFile& content) {
+           at::Tensor& rng = content.tensors["rng/cpu"];
+           rng = rng.view({2, -1});
+         });
+       },
+       "a CPU generator state is uint8 [5056]"},
+      // A tag directory that is a link could lead out of DIR.
+      {"tag_symlink",
+       [](const fs::path& p) {
+         fs::rename(p, p.string() + "-real");
+         fs::create_directory_symlink(p.string() + "-real", p);
+       },
+       "' is a symbolic link; a checkpoint must be a directory inside"},
       {"rank_file_symlink",
        [](const fs::path& p) {
          fs::rename(p / "rank_00000.safetensors", p.parent_path() / "elsewhere.safetensors");
@@ -265,10 +353,10 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
          std::ifstream in(p / "metadata.json");
          std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
          in.close();
-         text.replace(text.find("\"version\": 1"), 12, "\"version\": 99");
+         text.replace(text.find("\"version\": 2"), 12, "\"version\": 99");
          std::ofstream(p / "metadata.json") << text;
        },
-       "format version 99; this build reads version 1"},
+       "format version 99; this build reads version 2"},
   };
   Trainer target = make_trainer(spec, options);
   const at::Tensor before = parameters_of(target);
@@ -296,6 +384,23 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
     ADD_FAILURE() << "loaded another model's checkpoint";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is of a different model"), std::string::npos) << e.what();
+  }
+  // A `latest` that is a link (here to a file outside the checkpoints) is refused without
+  // reading it, so its target's content is not echoed.
+  const std::string linked = shared_dir("latest_link");
+  if (comm->rank() == 0) {
+    fs::create_directories(linked);
+    std::ofstream(fs::path(linked) / "outside") << "secret-content\n";
+    fs::create_symlink(fs::path(linked) / "outside", fs::path(linked) / "latest");
+  }
+  comm->barrier();
+  try {
+    target.engine->load_checkpoint(linked);
+    ADD_FAILURE() << "followed a symbolic link named latest";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("latest' is a symbolic link"), std::string::npos) << message;
+    EXPECT_EQ(message.find("secret-content"), std::string::npos) << message;
   }
   // No checkpoint at all.
   try {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 
+#include "checkpoint/metadata_edit.h"
 #include "engine_harness.h"
 #include "test_util.h"
 #include "zero/checkpoint.h"
@@ -150,7 +151,7 @@ TEST(CheckpointExport, InspectReportsWhatWasSaved) {
       EXPECT_EQ(s.tag, "global_step3");
       EXPECT_EQ(s.path, (fs::path(dir) / "global_step3").string());
       EXPECT_EQ(s.format, "zero-checkpoint");
-      EXPECT_EQ(s.version, 1);
+      EXPECT_EQ(s.version, 2);
       EXPECT_EQ(s.world_size, comm->size());
       EXPECT_EQ(s.stage, 3);
       EXPECT_EQ(s.param_dtype, "bf16");
@@ -212,12 +213,9 @@ TEST(CheckpointExport, DamagedCheckpointsAreReportedClearly) {
   run.engine->save_checkpoint(dir, "good");
   if (comm->rank() == 0) [&] {
     const fs::path good = fs::path(dir) / "good";
+    // Edits are re-signed, so each case reaches the check it is about.
     auto edit_metadata = [](const fs::path& p, const std::function<void(Json&)>& edit) {
-      std::ifstream in(p / "metadata.json");
-      Json metadata = Json::parse(in);
-      in.close();
-      edit(metadata);
-      std::ofstream(p / "metadata.json") << metadata.dump(1);
+      edit_metadata_json(p, edit);
     };
     struct Case {
       std::string tag;
@@ -242,7 +240,7 @@ TEST(CheckpointExport, DamagedCheckpointsAreReportedClearly) {
          },
          "is corrupted: CRC-32", false},
         {"version", [&](const fs::path& p) { edit_metadata(p, [](Json& m) { m["version"] = 99; }); },
-         "format version 99; this build reads version 1", true},
+         "format version 99; this build reads version 2", true},
         {"not_zero",
          [&](const fs::path& p) { edit_metadata(p, [](Json& m) { m["format"] = "other"; }); },
          "is not a zero checkpoint", true},

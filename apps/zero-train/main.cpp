@@ -242,6 +242,16 @@ Inputs prepare(const Options& o, int world) {
   return in;
 }
 
+// "zero-train: error[ on rank R]: MESSAGE" on rank `origin` only, where every rank knows the
+// failure and its origin: one message for the job.
+void print_error_once(zero::Communicator& comm, int origin, const std::string& message) {
+  if (comm.rank() != origin) return;
+  std::fprintf(stderr, "zero-train: error%s: %s\n",
+               comm.size() > 1 && origin != 0 ? (" on rank " + std::to_string(origin)).c_str() : "",
+               message.c_str());
+  std::fflush(stderr);
+}
+
 // Every rank learns whether any rank failed; the lowest failing rank's message is printed once.
 bool ranks_agree_ok(zero::Communicator& comm, const std::string& error) {
   at::Tensor failed = at::zeros({comm.size()}, at::kDouble);
@@ -255,11 +265,7 @@ bool ranks_agree_ok(zero::Communicator& comm, const std::string& error) {
     }
   }
   if (first < 0) return true;
-  if (comm.rank() == first) {
-    std::fprintf(stderr, "zero-train: error%s: %s\n",
-                 comm.size() > 1 && first != 0 ? (" on rank " + std::to_string(first)).c_str() : "",
-                 error.c_str());
-  }
+  print_error_once(comm, first, error);
   return false;
 }
 
@@ -715,6 +721,11 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     }
     comm->barrier();
     return 0;
+  } catch (const zero::CollectiveError& e) {
+    // Every rank threw it together (a save or load failed somewhere): the job ends normally,
+    // with one message and exit status 2, as for a bad input at start-up.
+    print_error_once(*comm, e.origin_rank(), e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zero-train: error on rank %d: %s\n", rank, e.what());
     std::fflush(stderr);

@@ -29,6 +29,22 @@ class InternalError : public Error {
   explicit InternalError(const std::string& message) : Error(message) {}
 };
 
+/// An error every rank of a communicator throws together, after the ranks agreed on it: a
+/// collective operation (save_checkpoint, load_checkpoint) failed on at least one rank. Every
+/// rank is at the same point, so a program can end normally on each of them instead of aborting
+/// the job. origin_rank() is the lowest rank where it failed, the same on every rank, so the
+/// message can be printed once; on that rank what() is the failure itself, on the others
+/// "OPERATION failed on rank R: ..." .
+class CollectiveError : public Error {
+ public:
+  CollectiveError(const std::string& message, int origin_rank)
+      : Error(message), origin_rank_(origin_rank) {}
+  int origin_rank() const { return origin_rank_; }
+
+ private:
+  int origin_rank_;
+};
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {

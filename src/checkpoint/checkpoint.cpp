@@ -26,6 +26,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -79,13 +81,14 @@ void write_file_atomically(const fs::path& path, const std::string& text) {
   fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), true);
 }
 
-// Collective: throws on every rank when any rank's `error` is non-empty, naming the rank.
+// Collective: throws CollectiveError on every rank when any rank's `error` is non-empty,
+// naming the lowest failing rank.
 void agree(Communicator& comm, const std::string& operation, const std::string& error) {
   const std::vector<std::string> errors = all_gather_texts(comm, error);
   for (int r = 0; r < static_cast<int>(errors.size()); ++r) {
     if (errors[r].empty()) continue;
-    if (r == comm.rank()) throw Error(errors[r]);
-    throw Error(operation + " failed on rank " + std::to_string(r) + ": " + errors[r]);
+    if (r == comm.rank()) throw CollectiveError(errors[r], r);
+    throw CollectiveError(operation + " failed on rank " + std::to_string(r) + ": " + errors[r], r);
   }
 }
 
@@ -97,6 +100,35 @@ std::string capture_error(Fn&& fn) {
     return e.what();
   }
   return {};
+}
+
+// The generator state in a rank file, checked before the ranks agree to commit: a state of the
+// wrong size or shape must fail here, on the rank that reads it, not in set_state after the
+// other ranks have gone on (see load_checkpoint). The check is set_state itself, on a scratch
+// generator, after the shape checks that give a readable message.
+at::Tensor checked_generator_state(const SafetensorsFile& file, const fs::path& path) {
+  const auto it = file.tensors.find("rng/cpu");
+  ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(),
+             "' lacks 'rng/cpu', the rank's generator state");
+  const at::Tensor& state = it->second;
+  at::Tensor current;
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    current = generator.get_state();
+  }
+  ZERO_CHECK(state.scalar_type() == at::kByte && state.dim() == 1 &&
+                 state.numel() == current.numel(),
+             "checkpoint file '", path.string(), "': 'rng/cpu' is ", state.scalar_type(),
+             state.sizes(), "; a CPU generator state is uint8 [", current.numel(), "]");
+  try {
+    at::CPUGeneratorImpl scratch;
+    scratch.set_state(*state.unsafeGetTensorImpl());
+  } catch (const c10::Error& e) {
+    ZERO_CHECK(false, "checkpoint file '", path.string(), "': 'rng/cpu' is not a valid CPU ",
+               "generator state: ", e.what_without_backtrace());
+  }
+  return state;
 }
 
 const char* optimizer_name(OptimizerType type) {
@@ -142,90 +174,102 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
     fs::create_directory(temporary_dir);
   }));
 
-  // 2. Every rank writes what it owns.
-  const std::vector<CheckpointParameter> params = engine.checkpoint_parameters();
-  const std::vector<StateSegment> segments = engine.segments_to_save();
-  Json file_info;
-  agree(comm, "save_checkpoint", capture_error([&] {
-    std::vector<std::pair<std::string, at::Tensor>> tensors;
-    const at::Tensor master = engine.master_state();
-    const auto state = engine.optimizer_state();
-    const at::Tensor param16 = engine.param_shard_state();
-    Json pieces = Json::array();
-    for (const StateSegment& s : segments) {
-      const std::string& name = params[s.param].name;
-      const int64_t length = s.end - s.begin;
-      tensors.emplace_back(piece_key("master", name, s.begin), master.narrow(0, s.offset, length));
-      for (const auto& [kind, tensor] : state) {
-        tensors.emplace_back(piece_key(kind, name, s.begin), tensor.narrow(0, s.offset, length));
+  // A failed save removes its temporary directory, so a full disk or a dead rank leaves no
+  // .tmp- behind. Rank 0 does it once agree() has thrown: agree is collective, so every rank
+  // has finished (or given up) writing by then.
+  try {
+    // 2. Every rank writes what it owns.
+    const std::vector<CheckpointParameter> params = engine.checkpoint_parameters();
+    const std::vector<StateSegment> segments = engine.segments_to_save();
+    Json file_info;
+    agree(comm, "save_checkpoint", capture_error([&] {
+      std::vector<std::pair<std::string, at::Tensor>> tensors;
+      const at::Tensor master = engine.master_state();
+      const auto state = engine.optimizer_state();
+      const at::Tensor param16 = engine.param_shard_state();
+      Json pieces = Json::array();
+      for (const StateSegment& s : segments) {
+        const std::string& name = params[s.param].name;
+        const int64_t length = s.end - s.begin;
+        tensors.emplace_back(piece_key("master", name, s.begin), master.narrow(0, s.offset, length));
+        for (const auto& [kind, tensor] : state) {
+          tensors.emplace_back(piece_key(kind, name, s.begin), tensor.narrow(0, s.offset, length));
+        }
+        if (param16.defined()) {
+          tensors.emplace_back(piece_key("param16", name, s.begin), param16.narrow(0, s.offset, length));
+        }
+        pieces.push_back({name, s.begin, s.end});
       }
-      if (param16.defined()) {
-        tensors.emplace_back(piece_key("param16", name, s.begin), param16.narrow(0, s.offset, length));
+      at::Tensor rng;
+      {
+        auto generator = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        rng = generator.get_state();
       }
-      pieces.push_back({name, s.begin, s.end});
-    }
-    at::Tensor rng;
-    {
-      auto generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      rng = generator.get_state();
-    }
-    tensors.emplace_back("rng/cpu", rng);
-    const fs::path path = temporary_dir / rank_file_name(rank);
-    write_safetensors(path.string(), tensors, {{"format", "zero-checkpoint-shard"}});
-    int64_t bytes = 0;
-    const uint32_t crc = file_crc32(path, &bytes);
-    file_info = {{"file", rank_file_name(rank)}, {"bytes", bytes}, {"crc32", crc},
-                 {"pieces", pieces}};
-  }));
-  // Also the barrier: rank 0 sees every file only after every rank has finished it.
-  const std::vector<std::string> infos = all_gather_texts(comm, file_info.dump());
+      tensors.emplace_back("rng/cpu", rng);
+      const fs::path path = temporary_dir / rank_file_name(rank);
+      write_safetensors(path.string(), tensors, {{"format", "zero-checkpoint-shard"}});
+      int64_t bytes = 0;
+      const uint32_t crc = file_crc32(path, &bytes);
+      file_info = {{"file", rank_file_name(rank)}, {"bytes", bytes}, {"crc32", crc},
+                   {"pieces", pieces}};
+    }));
+    // Also the barrier: rank 0 sees every file only after every rank has finished it.
+    const std::vector<std::string> infos = all_gather_texts(comm, file_info.dump());
 
-  // 3. Rank 0 writes the metadata and publishes the checkpoint.
-  agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
-    const Config& config = engine.config();
-    Json metadata;
-    metadata["format"] = kFormat;
-    metadata["version"] = kVersion;
-    metadata["world_size"] = world;
-    metadata["stage"] = config.zero_optimization.stage;
-    metadata["param_dtype"] = dtype_name(engine.param_dtype());
-    metadata["master_dtype"] = "fp32";
-    metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
-                             {"state", Json::array()}};
-    for (const auto& [kind, tensor] : engine.optimizer_state()) {
-      metadata["optimizer"]["state"].push_back(kind);
+    // 3. Rank 0 writes the metadata and publishes the checkpoint.
+    agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
+      const Config& config = engine.config();
+      Json metadata;
+      metadata["format"] = kFormat;
+      metadata["version"] = kVersion;
+      metadata["world_size"] = world;
+      metadata["stage"] = config.zero_optimization.stage;
+      metadata["param_dtype"] = dtype_name(engine.param_dtype());
+      metadata["master_dtype"] = "fp32";
+      metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
+                               {"state", Json::array()}};
+      for (const auto& [kind, tensor] : engine.optimizer_state()) {
+        metadata["optimizer"]["state"].push_back(kind);
+      }
+      SavedCounters saved;
+      saved.global_steps = counters.global_steps;
+      saved.skipped_steps = counters.skipped_steps;
+      saved.micro_steps = counters.micro_steps;
+      saved.optimizer_steps = counters.optimizer_steps;
+      saved.gradient_accumulation_steps = gas;
+      saved.lr = counters.lr;
+      saved.loss_scale = counters.scaler.scale;
+      saved.current_hysteresis = counters.scaler.current_hysteresis;
+      saved.scaler_iteration = counters.scaler.iteration;
+      saved.last_overflow_iteration = counters.scaler.last_overflow_iteration;
+      metadata["counters"] = counters_to_json(saved);
+      metadata["scheduler"] = config.scheduler.has_value();
+      // The whole effective config, for readers (zero-ckpt inspect); a load uses its own.
+      metadata["config"] = config.effective_json.empty() ? Json::object()
+                                                          : Json::parse(config.effective_json);
+      Json parameters = Json::array();
+      for (const auto& p : params) parameters.push_back({{"name", p.name}, {"shape", p.shape}});
+      metadata["parameters"] = parameters;
+      Json files = Json::array();
+      for (const std::string& info : infos) files.push_back(Json::parse(info));
+      metadata["files"] = files;
+      metadata["client_state"] = client;
+      metadata["crc32"] = metadata_checksum(metadata);
+      write_file_atomically(temporary_dir / kMetadataFile, metadata.dump(1));
+      fsync_path(temporary_dir, true);
+      if (fs::exists(final_dir)) fs::remove_all(final_dir);  // not the latest (checked above)
+      fs::rename(temporary_dir, final_dir);
+      fsync_path(root, true);
+      write_file_atomically(root / kLatestFile, tag + "\n");
+    }));
+  } catch (...) {
+    if (rank == 0) {
+      std::error_code ignored;  // best effort: the save's own error is the one to report
+      fs::remove_all(temporary_dir, ignored);
     }
-    SavedCounters saved;
-    saved.global_steps = counters.global_steps;
-    saved.skipped_steps = counters.skipped_steps;
-    saved.micro_steps = counters.micro_steps;
-    saved.optimizer_steps = counters.optimizer_steps;
-    saved.gradient_accumulation_steps = gas;
-    saved.lr = counters.lr;
-    saved.loss_scale = counters.scaler.scale;
-    saved.current_hysteresis = counters.scaler.current_hysteresis;
-    saved.scaler_iteration = counters.scaler.iteration;
-    saved.last_overflow_iteration = counters.scaler.last_overflow_iteration;
-    metadata["counters"] = counters_to_json(saved);
-    metadata["scheduler"] = config.scheduler.has_value();
-    // The whole effective config, for readers (zero-ckpt inspect); a load uses its own.
-    metadata["config"] = config.effective_json.empty() ? Json::object()
-                                                        : Json::parse(config.effective_json);
-    Json parameters = Json::array();
-    for (const auto& p : params) parameters.push_back({{"name", p.name}, {"shape", p.shape}});
-    metadata["parameters"] = parameters;
-    Json files = Json::array();
-    for (const std::string& info : infos) files.push_back(Json::parse(info));
-    metadata["files"] = files;
-    metadata["client_state"] = client;
-    write_file_atomically(temporary_dir / kMetadataFile, metadata.dump(1));
-    fsync_path(temporary_dir, true);
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // not the latest (checked above)
-    fs::rename(temporary_dir, final_dir);
-    fsync_path(root, true);
-    write_file_atomically(root / kLatestFile, tag + "\n");
-  }));
+    throw;
+  }
   return tag;
 }
 
@@ -243,20 +287,22 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
   at::Tensor staged_master = at::zeros_like(master);
   std::vector<at::Tensor> staged_state;
   for (const auto& item : state) staged_state.push_back(at::zeros_like(item.second));
-  Json metadata;
+  SavedCounters saved;
+  Layout layout;
   at::Tensor rng;
-  std::string tag = tag_in;
-  fs::path checkpoint_dir;
   const std::string error = capture_error([&] {
-    tag = resolve_tag(root, tag);
-    checkpoint_dir = root / tag;
-    metadata = read_metadata(checkpoint_dir);
+    layout = read_layout(root, tag_in);
+    const fs::path& checkpoint_dir = layout.dir;
+    const Json& metadata = layout.metadata;
+    // The reader's checks (checkpoint_reader.cpp) before anything else: every element of every
+    // saved parameter in exactly one piece, so no piece can be missing, doubled or relabelled.
+    const std::vector<std::string> problems = coverage_problems(layout);
+    ZERO_CHECK(problems.empty(), problems.empty() ? std::string() : problems.front(),
+               " (the pieces must cover every element once)");
 
     // The same model: every parameter by name and shape.
     std::map<std::string, std::vector<int64_t>> saved_shapes;
-    for (const auto& p : metadata.at("parameters")) {
-      saved_shapes[p.at("name").get<std::string>()] = p.at("shape").get<std::vector<int64_t>>();
-    }
+    for (const auto& p : layout.parameters) saved_shapes[p.name] = p.shape;
     for (const auto& p : params) {
       const auto it = saved_shapes.find(p.name);
       ZERO_CHECK(it != saved_shapes.end(), "checkpoint '", checkpoint_dir.string(),
@@ -268,54 +314,55 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
     ZERO_CHECK(saved_shapes.size() == params.size(), "checkpoint '", checkpoint_dir.string(),
                "' is of a different model: it has ", saved_shapes.size(),
                " trainable parameters, this model ", params.size());
-    const std::string optimizer = metadata.at("optimizer").at("type").get<std::string>();
+    std::string optimizer;
+    std::vector<std::string> saved_state;
+    try {
+      optimizer = metadata.at("optimizer").at("type").get<std::string>();
+      saved_state = metadata.at("optimizer").at("state").get<std::vector<std::string>>();
+    } catch (const Json::exception& e) {
+      ZERO_CHECK(false, "checkpoint metadata '", (checkpoint_dir / kMetadataFile).string(),
+                 "' is malformed: ", e.what());
+    }
     const std::string configured = optimizer_name(engine.config().optimizer.type);
     ZERO_CHECK(optimizer == configured, "checkpoint '", checkpoint_dir.string(),
                "' was saved with optimizer ", optimizer, " but this config uses ", configured);
+    std::vector<std::string> engine_state;
+    for (const auto& item : state) engine_state.push_back(item.first);
+    ZERO_CHECK(saved_state == engine_state, "checkpoint '", checkpoint_dir.string(),
+               "' records optimizer state [", c10::Join(", ", saved_state), "] but ",
+               configured, " here keeps [", c10::Join(", ", engine_state), "]");
 
     // Which pieces of which files this rank needs.
     const Json& files = metadata.at("files");
-    std::map<std::string, std::vector<SavedPiece>> pieces_of = saved_pieces(files);
     std::vector<bool> needed(files.size(), false);
     for (const StateSegment& s : wanted) {
-      for (const SavedPiece& piece : pieces_of[params[s.param].name]) {
+      for (const SavedPiece& piece : layout.pieces[params[s.param].name]) {
         if (piece.begin < s.end && s.begin < piece.end) needed[piece.file] = true;
       }
     }
-    const int saved_world = metadata.at("world_size").get<int>();
-    const bool same_world = saved_world == comm.size();
+    const bool same_world = metadata.at("world_size").get<int>() == comm.size();
     int64_t filled = 0;
     for (int f = 0; f < static_cast<int>(files.size()); ++f) {
       const bool rng_file = same_world && f == rank;
       if (!needed[f] && !rng_file) continue;
       const fs::path path = verify_rank_file(checkpoint_dir, files, f);
       const SafetensorsFile file = read_safetensors(path.string());
-      auto tensor = [&](const std::string& key) -> const at::Tensor& {
-        const auto it = file.tensors.find(key);
-        ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(), "' lacks '",
-                   key, "' that the metadata lists");
-        return it->second;
-      };
-      if (rng_file) rng = tensor("rng/cpu");
+      if (rng_file) rng = checked_generator_state(file, path);
       if (!needed[f]) continue;
       for (const StateSegment& s : wanted) {
         const std::string& name = params[s.param].name;
-        for (const SavedPiece& piece : pieces_of[name]) {
+        for (const SavedPiece& piece : layout.pieces[name]) {
           if (piece.file != f) continue;
           const int64_t begin = std::max(piece.begin, s.begin);
           const int64_t end = std::min(piece.end, s.end);
           if (begin >= end) continue;
-          auto copy = [&](const at::Tensor& source, at::Tensor& target) {
-            ZERO_CHECK(source.numel() == piece.end - piece.begin, "checkpoint file '",
-                       path.string(), "': a piece of '", name, "' has ", source.numel(),
-                       " elements where the metadata says ", piece.end - piece.begin);
+          auto copy = [&](const std::string& kind, at::Tensor& target) {
             target.narrow(0, s.offset + begin - s.begin, end - begin)
-                .copy_(source.narrow(0, begin - piece.begin, end - begin));
+                .copy_(piece_tensor(file, path, kind, name, piece)
+                           .narrow(0, begin - piece.begin, end - begin));
           };
-          copy(tensor(piece_key("master", name, piece.begin)), staged_master);
-          for (size_t k = 0; k < state.size(); ++k) {
-            copy(tensor(piece_key(state[k].first, name, piece.begin)), staged_state[k]);
-          }
+          copy("master", staged_master);
+          for (size_t k = 0; k < state.size(); ++k) copy(state[k].first, staged_state[k]);
           filled += end - begin;
         }
       }
@@ -325,6 +372,8 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
     ZERO_CHECK(filled == expected, "checkpoint '", checkpoint_dir.string(), "' covers ", filled,
                " of the ", expected, " elements rank ", rank,
                " needs: its pieces do not cover every parameter");
+    // Counters are parsed here too, so the commit below cannot fail.
+    saved = counters_from_json(metadata.at("counters"));
   });
   agree(comm, "load_checkpoint", error);
 
@@ -334,7 +383,6 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
     master.copy_(staged_master);
     for (size_t k = 0; k < state.size(); ++k) state[k].second.copy_(staged_state[k]);
   }
-  const SavedCounters saved = counters_from_json(metadata.at("counters"));
   TrainingCounters counters;
   counters.global_steps = saved.global_steps;
   counters.skipped_steps = saved.skipped_steps;
@@ -352,7 +400,7 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
     generator.set_state(rng);
   }
   engine.finish_load();
-  return metadata.at("client_state").dump();
+  return layout.metadata.at("client_state").dump();
 }
 
 }  // namespace zero

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <iterator>
 #include <map>
-#include <set>
 
 #include "checkpoint/format.h"
 #include "zero/error.h"
@@ -22,59 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using namespace checkpoint_format;
-
-// The parameters and pieces of one checkpoint, from its metadata.
-struct Layout {
-  fs::path dir;   // DIR/TAG
-  std::string tag;
-  Json metadata;
-  std::vector<CheckpointSummary::Parameter> parameters;
-  std::map<std::string, std::vector<SavedPiece>> pieces;  // by parameter name
-};
-
-Layout read_layout(const std::string& dir, const std::string& tag_in) {
-  Layout layout;
-  layout.tag = resolve_tag(fs::path(dir), tag_in);
-  layout.dir = fs::path(dir) / layout.tag;
-  layout.metadata = read_metadata(layout.dir);
-  const fs::path metadata_path = layout.dir / kMetadataFile;
-  try {
-    for (const Json& p : layout.metadata.at("parameters")) {
-      CheckpointSummary::Parameter parameter;
-      parameter.name = p.at("name").get<std::string>();
-      parameter.shape = p.at("shape").get<std::vector<int64_t>>();
-      parameter.numel = 1;
-      for (int64_t d : parameter.shape) parameter.numel *= d;
-      layout.parameters.push_back(std::move(parameter));
-    }
-    layout.pieces = saved_pieces(layout.metadata.at("files"));
-  } catch (const Json::exception& e) {
-    ZERO_CHECK(false, "checkpoint metadata '", metadata_path.string(), "' is malformed: ",
-               e.what());
-  }
-  std::set<std::string> names;
-  for (const auto& p : layout.parameters) names.insert(p.name);
-  for (const auto& [name, pieces] : layout.pieces) {
-    ZERO_CHECK(names.count(name) == 1, "checkpoint metadata '", metadata_path.string(),
-               "' lists pieces of '", name, "', which is not among its parameters");
-  }
-  return layout;
-}
-
-// Coverage problems of every parameter: each element must be in exactly one piece.
-std::vector<std::string> coverage_problems(const Layout& layout) {
-  std::vector<std::string> problems;
-  for (const auto& p : layout.parameters) {
-    const auto it = layout.pieces.find(p.name);
-    std::string problem =
-        coverage_problem(p.name, p.numel, it == layout.pieces.end() ? std::vector<SavedPiece>()
-                                                                    : it->second);
-    if (!problem.empty()) {
-      problems.push_back("checkpoint '" + layout.dir.string() + "': " + problem);
-    }
-  }
-  return problems;
-}
 
 // The whole parameters in fp32, in the metadata's order.
 std::vector<std::pair<std::string, at::Tensor>> assemble_master(const Layout& layout) {
@@ -93,16 +39,9 @@ std::vector<std::pair<std::string, at::Tensor>> assemble_master(const Layout& la
     for (const auto& [name, pieces] : layout.pieces) {
       for (const SavedPiece& piece : pieces) {
         if (piece.file != f) continue;
-        const std::string key = piece_key("master", name, piece.begin);
-        const auto it = file.tensors.find(key);
-        ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(), "' lacks '", key,
-                   "' that the metadata lists");
-        const at::Tensor& value = it->second;
-        ZERO_CHECK(value.scalar_type() == at::kFloat && value.dim() == 1 &&
-                       value.numel() == piece.end - piece.begin,
-                   "checkpoint file '", path.string(), "': '", key, "' is ", value.scalar_type(),
-                   value.sizes(), " where the metadata says fp32 [", piece.end - piece.begin, "]");
-        flat[name].narrow(0, piece.begin, piece.end - piece.begin).copy_(value);
+        flat[name]
+            .narrow(0, piece.begin, piece.end - piece.begin)
+            .copy_(piece_tensor(file, path, "master", name, piece));
       }
     }
   }

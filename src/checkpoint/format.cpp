@@ -14,6 +14,7 @@
 
 #include "common/bounded_input.h"
 #include "zero/error.h"
+#include "zero/safetensors.h"
 
 namespace zero::checkpoint_format {
 
@@ -38,7 +39,28 @@ void check_tag(const std::string& tag) {
 }
 
 std::string read_text_file(const fs::path& path, const std::string& what, int64_t max_bytes) {
-  return read_regular_file(path.string(), what, max_bytes);
+  return read_regular_file(path.string(), what, max_bytes, SymbolicLinks::kRefuse);
+}
+
+fs::path checkpoint_directory(const fs::path& root, const std::string& tag) {
+  const fs::path dir = root / tag;
+  std::error_code error;
+  const fs::file_status status = fs::symlink_status(dir, error);
+  ZERO_CHECK(!fs::is_symlink(status), "checkpoint '", dir.string(),
+             "' is a symbolic link; a checkpoint must be a directory inside '", root.string(),
+             "' (a link could lead out of it)");
+  ZERO_CHECK(fs::is_directory(status), "checkpoint '", dir.string(), "' ",
+             fs::exists(status) ? "is not a directory" : "does not exist");
+  return dir;
+}
+
+uint32_t metadata_checksum(const Json& metadata) {
+  Json copy = metadata;
+  copy.erase("crc32");
+  const std::string text = copy.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()),
+            static_cast<uInt>(text.size())));
 }
 
 std::string resolve_tag(const fs::path& root, const std::string& tag_in) {
@@ -112,13 +134,22 @@ Json read_metadata(const fs::path& checkpoint_dir) {
   const int version = metadata.value("version", -1);
   ZERO_CHECK(version == kVersion, "'", path.string(), "' has checkpoint format version ",
              version, "; this build reads version ", kVersion);
+  const Json* recorded = metadata.contains("crc32") ? &metadata.at("crc32") : nullptr;
+  const uint32_t crc = metadata_checksum(metadata);
+  ZERO_CHECK(recorded != nullptr && recorded->is_number_unsigned() &&
+                 recorded->get<uint64_t>() == crc,
+             "checkpoint metadata '", path.string(), "' was edited or damaged: its CRC-32 is ",
+             crc, " but it records ",
+             recorded == nullptr ? std::string("none") : recorded->dump().substr(0, 40),
+             " (a save writes the CRC-32 of the metadata without its \"crc32\" key)");
   check_metadata_ranges(metadata, path);
   return metadata;
 }
 
 uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
-  // Opened non-blocking and checked on the descriptor: Note [Bounded input].
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // Opened non-blocking and checked on the descriptor: Note [Bounded input]. Rank files are
+  // inside a checkpoint, so a symbolic link is refused by the open itself (ELOOP).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
   ZERO_CHECK(fd >= 0, "cannot open checkpoint file '", path.string(), "': ", std::strerror(errno));
   struct stat info {};
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
@@ -205,6 +236,73 @@ std::string coverage_problem(const std::string& name, int64_t numel,
            std::to_string(numel) + ")";
   }
   return {};
+}
+
+Layout read_layout(const fs::path& root, const std::string& tag_in) {
+  Layout layout;
+  layout.tag = resolve_tag(root, tag_in);
+  layout.dir = checkpoint_directory(root, layout.tag);
+  layout.metadata = read_metadata(layout.dir);
+  const fs::path metadata_path = layout.dir / kMetadataFile;
+  try {
+    for (const Json& p : layout.metadata.at("parameters")) {
+      CheckpointSummary::Parameter parameter;
+      parameter.name = p.at("name").get<std::string>();
+      parameter.shape = p.at("shape").get<std::vector<int64_t>>();
+      parameter.numel = 1;
+      for (int64_t d : parameter.shape) {
+        ZERO_CHECK(d >= 0 && (d == 0 || parameter.numel <= std::numeric_limits<int64_t>::max() / d),
+                   "checkpoint metadata '", metadata_path.string(), "': parameter '",
+                   parameter.name, "' has shape ", c10::IntArrayRef(parameter.shape),
+                   "; dimensions must be non-negative and their product fit in 64 bits");
+        parameter.numel *= d;
+      }
+      layout.parameters.push_back(std::move(parameter));
+    }
+    layout.pieces = saved_pieces(layout.metadata.at("files"));
+  } catch (const Json::exception& e) {
+    ZERO_CHECK(false, "checkpoint metadata '", metadata_path.string(), "' is malformed: ",
+               e.what());
+  }
+  std::map<std::string, int> seen;
+  for (const auto& p : layout.parameters) {
+    ZERO_CHECK(++seen[p.name] == 1, "checkpoint metadata '", metadata_path.string(),
+               "' lists parameter '", p.name, "' twice");
+  }
+  for (const auto& [name, pieces] : layout.pieces) {
+    ZERO_CHECK(seen.count(name) == 1, "checkpoint metadata '", metadata_path.string(),
+               "' lists pieces of '", name, "', which is not among its parameters");
+  }
+  return layout;
+}
+
+std::vector<std::string> coverage_problems(const Layout& layout) {
+  std::vector<std::string> problems;
+  for (const auto& p : layout.parameters) {
+    const auto it = layout.pieces.find(p.name);
+    std::string problem =
+        coverage_problem(p.name, p.numel, it == layout.pieces.end() ? std::vector<SavedPiece>()
+                                                                    : it->second);
+    if (!problem.empty()) {
+      problems.push_back("checkpoint '" + layout.dir.string() + "': " + problem);
+    }
+  }
+  return problems;
+}
+
+const at::Tensor& piece_tensor(const SafetensorsFile& file, const fs::path& path,
+                               const std::string& kind, const std::string& name,
+                               const SavedPiece& piece) {
+  const std::string key = piece_key(kind, name, piece.begin);
+  const auto it = file.tensors.find(key);
+  ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(), "' lacks '", key,
+             "' that the metadata lists");
+  const at::Tensor& value = it->second;
+  ZERO_CHECK(value.scalar_type() == at::kFloat && value.dim() == 1 &&
+                 value.numel() == piece.end - piece.begin,
+             "checkpoint file '", path.string(), "': '", key, "' is ", value.scalar_type(),
+             value.sizes(), " where the metadata says fp32 [", piece.end - piece.begin, "]");
+  return value;
 }
 
 nlohmann::json counters_to_json(const SavedCounters& c) {

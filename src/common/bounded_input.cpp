@@ -31,10 +31,16 @@ struct FdCloser {
 
 }  // namespace
 
-std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes,
+                              SymbolicLinks links) {
   // See Note [Bounded input]. O_NONBLOCK: opening a FIFO for reading would otherwise wait for
-  // a writer; it does not affect reads of regular files.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // a writer; it does not affect reads of regular files. O_NOFOLLOW refuses a link in the
+  // open itself (ELOOP), again with no window between a check and the use.
+  const int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC |
+                    (links == SymbolicLinks::kRefuse ? O_NOFOLLOW : 0);
+  const int fd = ::open(path.c_str(), flags);
+  ZERO_CHECK(!(fd < 0 && errno == ELOOP && links == SymbolicLinks::kRefuse), what, " '", path,
+             "' is a symbolic link; it must be a regular file (a link could lead anywhere)");
   ZERO_CHECK(fd >= 0, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   FdCloser closer{fd};
   struct stat info {};

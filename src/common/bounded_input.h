@@ -34,11 +34,17 @@ inline constexpr int64_t kMaxEncoderBytes = 256LL << 20;  // a GPT-2 encoder.jso
 /// Deepest JSON nesting accepted anywhere (objects and arrays count one level each).
 inline constexpr int kMaxJsonDepth = 64;
 
+/// Whether read_regular_file follows a symbolic link at the path's last component. Files inside
+/// a checkpoint refuse links (a link could lead out of the checkpoint: Note [Checkpoint
+/// format]); files the user names (configs, encoders) follow them.
+enum class SymbolicLinks { kFollow, kRefuse };
+
 /// The whole content of the regular file `path`, at most `max_bytes` long. `what` names the
 /// file's role in messages ("config file", "checkpoint metadata"). Throws zero::Error when the
-/// path does not exist, is not a regular file (naming what it is), is larger than the cap, or
-/// cannot be read.
-std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes);
+/// path does not exist, is not a regular file (naming what it is), is a symbolic link and
+/// `links` is kRefuse, is larger than the cap, or cannot be read.
+std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes,
+                              SymbolicLinks links = SymbolicLinks::kFollow);
 
 /// Throws zero::Error "`source`: JSON nested deeper than ..." when a container starts at
 /// `depth`, nlohmann's parser-callback depth at object_start and array_start (the number of

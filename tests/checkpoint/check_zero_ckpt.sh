@@ -54,7 +54,7 @@ run export_fp16 0 "as fp16" -- export "$ckpt" --out "$work/model-fp16.safetensor
 
 # User errors.
 run no_checkpoint 2 "no checkpoint to load in '$work/none'" -- inspect "$work/none"
-run unknown_tag 2 "is incomplete or missing" -- inspect "$ckpt" --tag global_step9
+run unknown_tag 2 "global_step9' does not exist" -- inspect "$ckpt" --tag global_step9
 run no_out 2 "--out is required" -- export "$ckpt"
 run bad_dtype 2 "int8" -- export "$ckpt" --out "$work/x.safetensors" --dtype int8
 # The export may not write into the checkpoint it reads (it could replace a rank file).
@@ -65,6 +65,18 @@ run inspect_after_export_into_checkpoint 0 "every file's size and CRC-32 match" 
 run no_command 2 "A subcommand is required" --
 run unknown_command 2 "unknown command 'convert'" -- convert "$ckpt"
 run help 0 "inspect" "export" -- --help
+
+# The metadata's own CRC-32 is reproducible outside zero, as docs/checkpoints.md says: compact
+# JSON with sorted keys, without the "crc32" key.
+python3 - "$ckpt/global_step2/metadata.json" <<'PY' || fail "metadata crc32 not reproducible in Python"
+import json, sys, zlib
+m = json.load(open(sys.argv[1], encoding="utf-8"))
+recorded = m.pop("crc32")
+text = json.dumps(m, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+computed = zlib.crc32(text.encode("utf-8"))
+if computed != recorded:
+    sys.exit(f"crc32 {computed} computed in Python, {recorded} recorded")
+PY
 
 # Damage: a flipped byte is found by --verify (exit 1) and refused by export (exit 2).
 cp -r "$ckpt" "$work/damaged"
