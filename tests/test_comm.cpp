@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/collective_watchdog.h"
 #include "comm/mpi_communicator.h"
 #include "comm/reduce_kernels.h"
 #include "test_util.h"
@@ -376,6 +377,42 @@ TEST(CommKernels, EveryFamilyMatchesTheReferenceBitwise) {
 }
 
 // ---- collectives --------------------------------------------------------------------------
+
+// Note [Collective timeout], in one process: a collective in flight past the deadline calls
+// the abort once, after printing the message; one that ends in time does not. The message
+// names the op, the bytes, the sequence number and the ranks that have not arrived.
+TEST(CollectiveWatchdog, AbortsACollectivePastItsDeadlineNamingTheLaggard) {
+  std::vector<int64_t> published;
+  std::atomic<int> aborts{0};
+  comm::CollectiveWatchdog watchdog(
+      "mpi", /*rank=*/0, /*size=*/3, /*timeout_seconds=*/1,
+      [&](int64_t entered) { published.push_back(entered); },
+      [] { return std::vector<int64_t>{2, 2, 1}; }, [&] { aborts.fetch_add(1); });
+  {
+    const comm::CollectiveWatchdog::Scope quick(watchdog, "barrier", 0);
+  }
+  EXPECT_EQ(watchdog.entered(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  EXPECT_EQ(aborts.load(), 0) << "an idle communicator timed out";
+  {
+    const comm::CollectiveWatchdog::Scope slow(watchdog, "all_gather", 4096);
+    for (int i = 0; i < 50 && aborts.load() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_EQ(aborts.load(), 1);
+  EXPECT_EQ(published, (std::vector<int64_t>{1, 2}));
+  const std::string message = watchdog.timeout_message("all_gather", 4096, 2, 1.2);
+  EXPECT_NE(message.find("collective timeout on rank 0 of 3: all_gather (mpi, 4096 bytes, "
+                         "this rank's collective #2) has waited 1 s, past the deadline of 1 s"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("waiting for rank 2 (entered 1 collectives)"), std::string::npos)
+      << message;
+  comm::CollectiveWatchdog across_nodes("mpi", 0, 2, 1, nullptr, nullptr, [] {});
+  EXPECT_NE(across_nodes.timeout_message("barrier", 0, 1, 1).find("is unknown"),
+            std::string::npos);
+}
 
 TEST(Comm, Basics) {
   auto comm = world();

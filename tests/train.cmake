@@ -103,6 +103,12 @@ if(TARGET zero-train)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_interrupt.sh $<TARGET_FILE:zero-train>
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/stage2.json
                    ${CMAKE_CURRENT_BINARY_DIR}/train/run-interrupt)
+  add_test(NAME zero_train_collective_timeout
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_collective_timeout.sh
+                   $<TARGET_FILE:zero-train> ${ZERO_RUN_SCRIPT}
+                   ${CMAKE_CURRENT_BINARY_DIR}/train/stage2.json
+                   ${CMAKE_CURRENT_BINARY_DIR}/train/run-collective-timeout)
+  set_tests_properties(zero_train_collective_timeout PROPERTIES TIMEOUT 300)
   set_tests_properties(zero_train_deepspeed_example zero_train_bad_inputs zero_train_interrupt
                        PROPERTIES TIMEOUT 900)
   # Resuming from a checkpoint (--save-every, --resume) at stages 2 and 3 gives bitwise the

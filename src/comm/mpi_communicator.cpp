@@ -41,6 +41,7 @@
 #include <sstream>
 #include <utility>
 
+#include "comm/collective_watchdog.h"
 #include "comm/reduce_kernels.h"
 #include "comm/shared_segments.h"
 #include "common/env.h"
@@ -51,6 +52,8 @@ namespace comm {
 namespace {
 
 constexpr int kRingTag = 0x2e70;
+// The job's exit status when a collective passes its deadline (Note [Collective timeout]).
+constexpr int kCollectiveTimeoutExitCode = 3;
 
 std::string mpi_error_string(int rc) {
   char text[MPI_MAX_ERROR_STRING];
@@ -187,6 +190,14 @@ class MpiCommunicator final : public Communicator {
                  mpi_error_string(rc));
     }
     shared_ = std::make_unique<SharedSegments>(comm_, rank_, size_);
+    shared_->map_progress_board();
+    // Note [Collective timeout]. The deadline comes from the environment, the same on every
+    // rank; the board above is mapped either way, so its collective cannot depend on it.
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        backend_name(), rank_, size_, options.collective_timeout_seconds,
+        [this](int64_t entered) { shared_->publish_entered(entered); },
+        [this] { return shared_->peers_entered(); },
+        [this] { MPI_Abort(comm_, kCollectiveTimeoutExitCode); });
     counts_.resize(static_cast<size_t>(size_));
     offsets_.resize(static_cast<size_t>(size_));
     mpi_counts_.resize(static_cast<size_t>(size_));
@@ -194,6 +205,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   ~MpiCommunicator() override {
+    watchdog_.reset();  // its callbacks use shared_
     shared_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -207,6 +219,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(const at::Tensor& buffer, ReduceOp op) override {
     const Call call{"all_reduce", &buffer};
     check_tensor(call, buffer, "buffer", /*reduction=*/true);
+    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, buffer.nbytes());
     const int64_t numel = buffer.numel();
     const int64_t es = buffer.element_size();
     // Ownership: a balanced split, the first numel % N ranks own one element more.
@@ -228,6 +241,7 @@ class MpiCommunicator final : public Communicator {
                       const std::vector<int64_t>& counts) override {
     const Call call{"reduce_scatter", &input, &output, &counts};
     check_chunked(call, input, "input", output, "output", /*reduction=*/true);
+    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, input.nbytes());
     const int64_t es = input.element_size();
     std::byte* in = bytes_of(input);
     std::byte* own = in + offsets_[rank_] * es;
@@ -258,6 +272,8 @@ class MpiCommunicator final : public Communicator {
   at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype) override {
     ZERO_CHECK(numel >= 0, "allocate_buffer on rank ", rank_, ": numel must be >= 0, got ", numel);
     const auto options = at::TensorOptions().dtype(dtype);
+    const CollectiveWatchdog::Scope watched(*watchdog_, "allocate_buffer",
+                                            numel * static_cast<int64_t>(c10::elementSize(dtype)));
     std::function<void(void*)> deleter;
     std::byte* data = shared_->allocate(numel * c10::elementSize(dtype), &deleter);
     if (data == nullptr) return at::zeros({numel}, options);
@@ -268,6 +284,7 @@ class MpiCommunicator final : public Communicator {
                   const std::vector<int64_t>& counts) override {
     const Call call{"all_gather", &input, &output, &counts};
     check_chunked(call, output, "output", input, "input", /*reduction=*/false);
+    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, output.nbytes());
     const int64_t es = output.element_size();
     std::byte* out = bytes_of(output);
     std::byte* own = out + offsets_[rank_] * es;
@@ -287,6 +304,7 @@ class MpiCommunicator final : public Communicator {
     ZERO_CHECK(root >= 0 && root < size_, describe(call), ": root must be in [0, ", size_,
                "), got ", root);
     const int64_t bytes = buffer.numel() * buffer.element_size();
+    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, bytes);
     if (size_ > 1) {
       std::byte* data = bytes_of(buffer);
       for (int64_t done = 0; done < bytes; done += max_message_bytes_) {
@@ -299,6 +317,7 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     const Call call{"barrier"};
+    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, 0);
     check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier");
   }
 
@@ -570,6 +589,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::unique_ptr<SharedSegments> shared_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // Note [Collective timeout]
   int rank_ = 0;
   int size_ = 1;
   int64_t segment_bytes_ = 0;
@@ -595,6 +615,7 @@ class MpiCommunicator final : public Communicator {
 MpiOptions MpiOptions::from_env() {
   MpiOptions options;
   options.ring_segment_bytes = env::ring_segment_bytes();
+  options.collective_timeout_seconds = env::collective_timeout_seconds();
   return options;
 }
 

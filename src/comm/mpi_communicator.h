@@ -22,8 +22,12 @@ struct MpiOptions {
   /// all_gather (and all_reduce's gather phase) with the Sendrecv ring at every size instead
   /// of MPI_Allgatherv; for benchmarks and tests.
   bool ring_all_gather = false;
+  /// Deadline of one collective in seconds, 0 for none (Note [Collective timeout],
+  /// src/comm/collective_watchdog.h).
+  int64_t collective_timeout_seconds = 600;
 
-  /// ring_segment_bytes from ZERO_RING_SEGMENT_BYTES (see src/common/env.h).
+  /// ring_segment_bytes from ZERO_RING_SEGMENT_BYTES and collective_timeout_seconds from
+  /// ZERO_COLLECTIVE_TIMEOUT_S (see src/common/env.h).
   static MpiOptions from_env();
 };
 

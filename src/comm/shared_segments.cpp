@@ -53,6 +53,27 @@ SharedSegments::SharedSegments(MPI_Comm comm, int rank, int size)
 
 SharedSegments::~SharedSegments() {
   if (mailbox_.local != nullptr) unmap(mailbox_);
+  if (progress_.local != nullptr) unmap(progress_);
+}
+
+void SharedSegments::map_progress_board() {
+  if (!enabled_ || progress_.local != nullptr) return;
+  // A cache line of its own per rank: the slot is written at every collective.
+  if (!create_and_map(-1, 64, progress_)) progress_ = Segment{};
+}
+
+void SharedSegments::publish_entered(int64_t count) {
+  if (progress_.local == nullptr) return;
+  __atomic_store_n(reinterpret_cast<int64_t*>(progress_.local), count, __ATOMIC_RELAXED);
+}
+
+std::vector<int64_t> SharedSegments::peers_entered() const {
+  std::vector<int64_t> counts;
+  if (progress_.local == nullptr) return counts;
+  for (std::byte* slot : progress_.peers) {
+    counts.push_back(__atomic_load_n(reinterpret_cast<const int64_t*>(slot), __ATOMIC_RELAXED));
+  }
+  return counts;
 }
 
 std::string SharedSegments::name(int rank, int64_t id) const {

@@ -47,6 +47,15 @@ class SharedSegments {
   /// deleter runs (local).
   std::byte* allocate(int64_t bytes, std::function<void(void*)>* deleter);
 
+  /// Collective. Maps the progress board of Note [Collective timeout]
+  /// (src/comm/collective_watchdog.h): one slot per rank for its count of collectives entered.
+  /// Does nothing when disabled; then peers_entered() is empty.
+  void map_progress_board();
+  /// Writes this rank's slot (a relaxed atomic store; no-op without a board).
+  void publish_entered(int64_t count);
+  /// Every rank's slot, in rank order; empty without a board. Safe from any thread.
+  std::vector<int64_t> peers_entered() const;
+
   /// Where `input` lives, published for this call (step 1 of the Note) and the unanimous
   /// decision (step 2). Returns the peers' input base pointers in rank order, or an empty
   /// vector when the ring must be used. Collective.
@@ -73,6 +82,7 @@ class SharedSegments {
   std::string job_token_;
   int64_t next_id_ = 1;  // 0 is the mailbox segment
   Segment mailbox_;
+  Segment progress_;
   // Shared with deleters, which may run after this object is gone.
   struct Registry {
     std::mutex mutex;

@@ -11,21 +11,28 @@
 namespace zero::env {
 namespace {
 
-int64_t read_positive_int(const char* name, int64_t default_value) {
+int64_t read_int_at_least(const char* name, int64_t least, int64_t default_value) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return default_value;
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(text, &end, 10);
-  ZERO_CHECK(errno == 0 && end != text && *end == '\0' && value > 0, "environment variable ",
-             name, "='", text, "' is invalid: expected a positive integer");
+  ZERO_CHECK(errno == 0 && end != text && *end == '\0' && value >= least, "environment variable ",
+             name, "='", text, "' is invalid: expected an integer >= ", least);
   return value;
 }
 
 }  // namespace
 
 int64_t ring_segment_bytes() {
-  static const int64_t value = read_positive_int("ZERO_RING_SEGMENT_BYTES", int64_t{256} << 10);
+  static const int64_t value = read_int_at_least("ZERO_RING_SEGMENT_BYTES", 1, int64_t{256} << 10);
+  return value;
+}
+
+int64_t collective_timeout_seconds() {
+  // At most ten years: the deadline is added to a steady_clock time in nanoseconds.
+  static const int64_t value = std::min<int64_t>(
+      read_int_at_least("ZERO_COLLECTIVE_TIMEOUT_S", 0, 600), int64_t{315360000});
   return value;
 }
 

@@ -13,6 +13,11 @@ namespace zero::env {
 /// received segment stays in L2 for the add; see docs/benchmarks.md, "Collectives").
 int64_t ring_segment_bytes();
 
+/// ZERO_COLLECTIVE_TIMEOUT_S: seconds a rank may wait inside one collective before the job is
+/// ended (Note [Collective timeout], src/comm/collective_watchdog.h). Default 600; 0 turns the
+/// deadline off.
+int64_t collective_timeout_seconds();
+
 enum class ProgressStyle { kAuto, kBar, kLines };
 
 /// ZERO_PROGRESS: "bar" | "lines" | unset (auto). Set by zero-run; see zero/console.h.

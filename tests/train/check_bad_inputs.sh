@@ -42,7 +42,13 @@ check() {
   shift
   local out="$work/$name.out"
   timeout 120 "$zero_run" -n 2 -- "$zero_train" --steps 2 --out "$work/run-$name" "$@" >"$out" 2>&1
-  local status=$?
+  verify_failure "$name" $? "$out" "${expected[@]}"
+}
+# verify_failure NAME STATUS OUTPUT_FILE EXPECTED_SUBSTRING...: exit 2, every expected text,
+# no stack dump, no mpirun banner, one error message.
+verify_failure() {
+  local name="$1" status="$2" out="$3"; shift 3
+  local expected=("$@")
   local ok=1
   if [ "$status" -ne 2 ]; then ok=0; echo "[$name] exit status $status (expected 2: a bad input, every rank ended)"; fi
   for e in "${expected[@]}"; do
@@ -110,6 +116,39 @@ kill -TERM "$job_a"; wait "$job_a" 2>/dev/null
 rows_after=$(wc -l < "$work/run-shared/metrics.csv" 2>/dev/null || echo 0)
 if [ "$rows_after" -lt "$rows_before" ]; then
   echo "[shared] job A's metrics.csv lost rows ($rows_before -> $rows_after)"; failures=$((failures + 1))
+fi
+# zero-run's own options.
+"$zero_run" -n >"$work/zero_run_n.out" 2>&1
+verify_failure zero_run_no_value $? "$work/zero_run_n.out" "zero-run: -n needs a value"
+# A full disk during a save: a 120 MiB file system of the job's own (tmpfs, in a private mount
+# namespace, so no privilege is needed) holds the first checkpoint (84 MB) but not a second.
+# One message naming the file and ENOSPC, exit 2, no .tmp- directory left, `latest` and the
+# first checkpoint intact, metrics.csv's rows kept.
+disk="$work/small-disk"; mkdir -p "$disk"
+if unshare -rm mount -t tmpfs -o size=1m tmpfs "$disk" 2>/dev/null; then
+  unshare -rm bash -c '
+    disk="$1" zero_run="$2" zero_train="$3" config="$4" out="$5"
+    mount -t tmpfs -o size=120m tmpfs "$disk" || exit 1
+    timeout 120 "$zero_run" -n 2 -- "$zero_train" --config "$config" --steps 1 --save-every 1 \
+      --out "$disk/run" >"$out.first" 2>&1 || { echo "first run failed" >"$out"; exit 0; }
+    timeout 120 "$zero_run" -n 2 -- "$zero_train" --config "$config" --steps 2 --save-every 2 \
+      --resume auto --out "$disk/run" >"$out" 2>&1
+    echo $? >"$out.status"
+    ls -A "$disk/run/checkpoints" >"$out.listing"
+    cat "$disk/run/checkpoints/latest" >"$out.latest"
+    grep -c "^1," "$disk/run/metrics.csv" >"$out.rows"
+  ' _ "$disk" "$zero_run" "$zero_train" "$good_config" "$work/disk_full.out"
+  verify_failure disk_full "$(cat "$work/disk_full.out.status" 2>/dev/null || echo none)" \
+    "$work/disk_full.out" ".safetensors.tmp': No space left on device"
+  if grep -q "^\.tmp-" "$work/disk_full.out.listing" 2>/dev/null || \
+     [ "$(cat "$work/disk_full.out.latest" 2>/dev/null)" != "global_step1" ] || \
+     [ "$(cat "$work/disk_full.out.rows" 2>/dev/null)" != "1" ]; then
+    echo "[disk_full] left a .tmp- directory, lost latest or lost metrics rows:"
+    cat "$work/disk_full.out.listing" "$work/disk_full.out.latest" "$work/disk_full.out.rows" 2>&1 | sed 's/^/    | /'
+    failures=$((failures + 1))
+  fi
+else
+  echo "[disk_full] skipped: this machine allows no private mount namespace (unshare -rm)"
 fi
 # No rank may outlive its job. Only this script's ranks count (every case passes --out under
 # $work): other tests may run zero-train at the same time (ctest -j). Anchored at the binary,

@@ -1,0 +1,105 @@
+#include "comm/collective_watchdog.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace zero::comm {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+CollectiveWatchdog::CollectiveWatchdog(std::string backend, int rank, int size,
+                                       int64_t timeout_seconds, Publish publish,
+                                       PeerProgress peer_progress, Abort abort)
+    : backend_(std::move(backend)),
+      rank_(rank),
+      size_(size),
+      timeout_seconds_(timeout_seconds),
+      publish_(std::move(publish)),
+      peer_progress_(std::move(peer_progress)),
+      abort_(std::move(abort)) {
+  // One rank alone never waits for a peer.
+  if (timeout_seconds_ > 0 && size_ > 1) thread_ = std::thread([this] { watch(); });
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& watchdog, const char* op, int64_t bytes)
+    : watchdog_(watchdog) {
+  watchdog_.op_.store(op, std::memory_order_relaxed);
+  watchdog_.bytes_.store(bytes, std::memory_order_relaxed);
+  const int64_t entered = watchdog_.entered_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (watchdog_.publish_) watchdog_.publish_(entered);
+  // Release: the watchdog thread that reads a start time also sees this op and bytes.
+  watchdog_.started_ns_.store(now_ns(), std::memory_order_release);
+}
+
+CollectiveWatchdog::Scope::~Scope() { watchdog_.started_ns_.store(0, std::memory_order_release); }
+
+std::string CollectiveWatchdog::timeout_message(const char* op, int64_t bytes, int64_t sequence,
+                                                double waited_seconds) const {
+  std::ostringstream out;
+  out << "zero: collective timeout on rank " << rank_ << " of " << size_ << ": " << op << " ("
+      << backend_ << ", " << bytes << " bytes, this rank's collective #" << sequence
+      << ") has waited " << static_cast<int64_t>(waited_seconds) << " s, past the deadline of "
+      << timeout_seconds_ << " s (ZERO_COLLECTIVE_TIMEOUT_S); ";
+  const std::vector<int64_t> progress = peer_progress_ ? peer_progress_() : std::vector<int64_t>();
+  std::vector<int> behind;
+  for (int r = 0; r < static_cast<int>(progress.size()); ++r) {
+    if (r != rank_ && progress[r] < sequence) behind.push_back(r);
+  }
+  if (progress.empty()) {
+    out << "which rank it waits for is unknown (ranks on several nodes have no shared progress "
+           "board)";
+  } else if (behind.empty()) {
+    out << "every rank has entered this collective, so one of them is stuck inside it";
+  } else {
+    out << "waiting for rank";
+    if (behind.size() > 1) out << "s";
+    for (size_t i = 0; i < behind.size(); ++i) {
+      out << (i ? ", " : " ") << behind[i] << " (entered " << progress[behind[i]]
+          << " collectives)";
+    }
+    out << ", stopped, dead or still working before this collective";
+  }
+  out << "; ending the job";
+  return out.str();
+}
+
+void CollectiveWatchdog::watch() {
+  const int64_t timeout_ns = timeout_seconds_ * 1000000000LL;
+  const auto poll = std::chrono::milliseconds(std::clamp<int64_t>(timeout_seconds_ * 100, 10, 1000));
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, poll, [this] { return stopping_; })) {
+    const int64_t started = started_ns_.load(std::memory_order_acquire);
+    if (started == 0) continue;
+    const int64_t waited = now_ns() - started;
+    if (waited < timeout_ns) continue;
+    const char* op = op_.load(std::memory_order_relaxed);
+    const int64_t bytes = bytes_.load(std::memory_order_relaxed);
+    const int64_t sequence = entered_.load(std::memory_order_relaxed);
+    // The collective may have ended meanwhile; a stale read here only means a message about a
+    // collective that took the whole deadline anyway.
+    const std::string message = timeout_message(op, bytes, sequence, waited / 1e9);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+    abort_();
+    return;
+  }
+}
+
+}  // namespace zero::comm

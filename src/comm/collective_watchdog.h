@@ -1,0 +1,96 @@
+// A deadline for every collective of a communicator: a rank left waiting for a peer that has
+// stopped (SIGSTOP, a stuck file system, a deadlock in user code) ends the job with a message
+// naming the operation and the peer, instead of hanging forever. Backend-neutral: the MPI
+// communicator uses it today; a NCCL one would give it its own abort.
+//
+// Note [Collective timeout]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// - Each public collective of a communicator runs inside a CollectiveWatchdog::Scope, which
+//   records the operation, its bytes, the collective's sequence number on this rank (1, 2, ...)
+//   and when it started; one collective is in flight at a time per communicator (the
+//   Communicator contract), so one slot suffices and a scope costs a few atomic stores.
+// - A thread per watchdog wakes every second (or a tenth of the deadline, when shorter) and
+//   checks the slot. A collective in flight longer than the deadline (ZERO_COLLECTIVE_TIMEOUT_S,
+//   default 600 s, as NCCL's and DeepSpeed's default is 10 to 30 minutes) ends the job through
+//   the backend's abort, after printing one line to stderr.
+// - Which peer: each rank also publishes how many collectives it has entered (a shared-memory
+//   progress board, one slot per rank, when every rank shares one node). A peer that has
+//   entered fewer collectives than this rank's current one has not arrived: it is the one
+//   waited for. Across nodes the board does not exist and the message says the peer is unknown.
+// - The deadline covers time inside the communicator only. A rank that computes for an hour
+//   between two collectives is not timed out itself; its peers, waiting in the next collective,
+//   are, which is the intended reading: the job made no progress for the deadline.
+// - 0 turns the deadline off (no thread is started).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace zero::comm {
+
+class CollectiveWatchdog {
+ public:
+  /// Every rank's count of collectives entered, in rank order; empty when unknown.
+  using PeerProgress = std::function<std::vector<int64_t>()>;
+  /// Publishes this rank's count of collectives entered where peers can read it (called by
+  /// every Scope, on the collective's thread).
+  using Publish = std::function<void(int64_t)>;
+  /// Ends the job; called once, from the watchdog thread, with the message already printed.
+  using Abort = std::function<void()>;
+
+  /// `backend` ("mpi") names the communicator in the message. timeout_seconds 0: no deadline.
+  CollectiveWatchdog(std::string backend, int rank, int size, int64_t timeout_seconds,
+                     Publish publish, PeerProgress peer_progress, Abort abort);
+  ~CollectiveWatchdog();
+  CollectiveWatchdog(const CollectiveWatchdog&) = delete;
+  CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
+
+  /// Marks one collective in flight for its lifetime. `op` must be a string literal.
+  class Scope {
+   public:
+    Scope(CollectiveWatchdog& watchdog, const char* op, int64_t bytes);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    CollectiveWatchdog& watchdog_;
+  };
+
+  /// The count of collectives this rank has entered (what it publishes on the progress board).
+  int64_t entered() const { return entered_.load(std::memory_order_relaxed); }
+
+  /// The message a timeout prints (for tests of its wording; does not abort).
+  std::string timeout_message(const char* op, int64_t bytes, int64_t sequence,
+                              double waited_seconds) const;
+
+ private:
+  void watch();
+
+  std::string backend_;
+  int rank_;
+  int size_;
+  int64_t timeout_seconds_;
+  Publish publish_;
+  PeerProgress peer_progress_;
+  Abort abort_;
+
+  std::atomic<int64_t> entered_{0};
+  std::atomic<int64_t> started_ns_{0};  // steady_clock ns of the collective in flight; 0: none
+  std::atomic<const char*> op_{nullptr};
+  std::atomic<int64_t> bytes_{0};
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace zero::comm
