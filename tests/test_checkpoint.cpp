@@ -179,6 +179,34 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteCheckpoint) {
   EXPECT_THROW(t.engine->save_checkpoint(dir, "global_step2"), Error);
 }
 
+// check_checkpoint_destination (Note [Agreeing on a failure]): a directory every rank can write
+// is made and left empty; one that cannot be made fails on every rank together, each with the
+// same origin rank, naming the directory.
+TEST(Checkpoint, DestinationIsCheckedBeforeTraining) {
+  auto comm = world();
+  const ModelSpec spec = mlp_spec();
+  RunOptions options;
+  options.stage = 2;
+  Trainer t = make_trainer(spec, options);
+  const std::string dir = shared_dir("destination");
+  const std::string fresh = (fs::path(dir) / "new" / "checkpoints").string();
+  t.engine->check_checkpoint_destination(fresh);
+  EXPECT_TRUE(fs::is_directory(fresh));
+  EXPECT_TRUE(fs::is_empty(fresh)) << "the write test left a file in " << fresh;
+  if (comm->rank() == 0) std::ofstream(fs::path(dir) / "a-file") << "not a directory\n";
+  comm->barrier();
+  const std::string under_file = (fs::path(dir) / "a-file" / "checkpoints").string();
+  try {
+    t.engine->check_checkpoint_destination(under_file);
+    ADD_FAILURE() << "accepted a checkpoint directory inside a regular file";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.origin_rank(), 0);
+    EXPECT_NE(std::string(e.what()).find(under_file), std::string::npos) << e.what();
+  }
+  // The engine is still usable: a save into the good directory succeeds.
+  EXPECT_EQ(t.engine->save_checkpoint(fresh), "global_step0");
+}
+
 // Each kind of bad checkpoint fails on every rank with a message naming the file and the
 // problem, and leaves the engine untouched.
 TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {

@@ -229,6 +229,28 @@ TEST(StartUp, RanksThatDisagreeFailTogetherNamingTheRank) {
   }
 }
 
+// A failure on one rank alone during initialize (rank 0 cannot make csv_monitor's directory)
+// fails every rank together, with rank 0 as the origin, instead of leaving the others waiting
+// in the start-up collective (Note [Agreeing on a failure]).
+TEST(StartUp, AFailureOnOneRankFailsEveryRank) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("startup-monitor");
+  if (comm->rank() == 0) std::ofstream(std::filesystem::path(dir) / "a-file") << "x\n";
+  comm->barrier();
+  const std::string path = (std::filesystem::path(dir) / "a-file" / "monitor").string();
+  RunOptions options;
+  options.extra_top_json = "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"" + path +
+                           "\", \"job_name\": \"job\"}";
+  try {
+    initialize(mlp_spec().build(), parse_config(make_config_json(options), comm->size(), "t"),
+               comm);
+    ADD_FAILURE() << "initialize accepted an unwritable csv_monitor path";
+  } catch (const CollectiveError& error) {
+    EXPECT_EQ(error.origin_rank(), 0);
+    EXPECT_NE(std::string(error.what()).find(path), std::string::npos) << error.what();
+  }
+}
+
 TEST(Misuse, PlainLossBackwardIsRejected) {
   auto comm = world();
   RunOptions options;

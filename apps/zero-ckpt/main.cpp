@@ -25,6 +25,7 @@
 
 #include "zero/checkpoint.h"
 #include "zero/error.h"
+#include "zero/files.h"
 
 namespace {
 
@@ -135,14 +136,7 @@ std::string write_hf_config(const zero::CheckpointSummary& s, const std::string&
   config["torch_dtype"] = torch_dtype;
   const fs::path parent = fs::path(out).parent_path();
   const fs::path path = (parent.empty() ? fs::path(".") : parent) / "config.json";
-  const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream file(temporary);
-    file << config.dump(2) << "\n";
-    file.close();
-    ZERO_CHECK(file.good(), "cannot write ", temporary.string());
-  }
-  fs::rename(temporary, path);
+  zero::write_file_atomically(path.string(), config.dump(2) + "\n");
   return path.string();
 }
 

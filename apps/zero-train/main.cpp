@@ -18,8 +18,12 @@
 // Errors: anything that can be wrong with the inputs (command line, config, model name, data
 // files, the checkpoint to resume from) is checked on every rank before training starts, and
 // the ranks agree on the outcome, so a bad input gives one clear message and every rank exits
-// with status 2. A failure during training on one rank aborts the whole job (status 1), since
-// the other ranks may wait in a collective.
+// with status 2. So are what a save needs (with --save-every: the checkpoint directory
+// writable from every rank, room for a checkpoint), csv_monitor's files and the encoder's
+// vocabulary. A failed save (a full disk) ends every rank together, also with status 2 (Note
+// [Agreeing on a failure] in zero/comm.h). Any other failure during training on one rank
+// aborts the whole job (status 1), since the other ranks may wait in a collective; a rank
+// that stops ends the job at the collective deadline (status 3, docs/launching.md).
 //
 // Note [Resuming zero-train]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -67,6 +71,7 @@
 #include "zero/data.h"
 #include "zero/engine.h"
 #include "zero/error.h"
+#include "zero/files.h"
 #include "zero/gemm_rates.h"
 #include "zero/gpt2.h"
 #include "zero/memory.h"
@@ -239,6 +244,11 @@ Inputs prepare(const Options& o, int world) {
   in.train = zero::TokenFile::load(o.data + "_train.bin", in.model.vocab_size);
   in.val = zero::TokenFile::load(o.data + "_val.bin", in.model.vocab_size);
   in.decoder = zero::GPT2Decoder::load(o.encoder);
+  // Samples decode ids the model draws from its whole vocabulary: a smaller encoder would
+  // fail at the first sample, after training.
+  ZERO_CHECK(in.decoder->vocab_size() >= in.model.vocab_size, "--encoder ", o.encoder, " has ",
+             in.decoder->vocab_size(), " tokens, but ", o.model, " draws from ",
+             in.model.vocab_size, "; pass the model's GPT-2 encoder.json");
   return in;
 }
 
@@ -252,21 +262,16 @@ void print_error_once(zero::Communicator& comm, int origin, const std::string& m
   std::fflush(stderr);
 }
 
-// Every rank learns whether any rank failed; the lowest failing rank's message is printed once.
+// Every rank learns whether any rank failed; the lowest failing rank's message is printed once
+// (Note [Agreeing on a failure] in zero/comm.h).
 bool ranks_agree_ok(zero::Communicator& comm, const std::string& error) {
-  at::Tensor failed = at::zeros({comm.size()}, at::kDouble);
-  at::Tensor mine = at::full({1}, error.empty() ? 0.0 : 1.0, at::kDouble);
-  comm.all_gather(mine, failed);
-  int first = -1;
-  for (int r = 0; r < comm.size(); ++r) {
-    if (failed[r].item<double>() > 0) {
-      first = r;
-      break;
-    }
+  try {
+    zero::agree_on_failure(comm, "zero-train", error);
+  } catch (const zero::CollectiveError& e) {
+    print_error_once(comm, e.origin_rank(), e.what());
+    return false;
   }
-  if (first < 0) return true;
-  print_error_once(comm, first, error);
-  return false;
+  return true;
 }
 
 double all_mean(zero::Communicator& comm, double value) {
@@ -392,6 +397,9 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     auto model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
     auto engine = zero::initialize(model, config, comm);
     const int stage = config.zero_optimization.stage;
+    // Before training: every rank can write the checkpoint directory, with room for a
+    // checkpoint (a failure is a CollectiveError on every rank, caught below: exit 2).
+    if (o.save_every > 0) engine->check_checkpoint_destination(checkpoint_dir(o));
     // Resume (Note [Resuming zero-train]): the engine's state, then the next step.
     int64_t first_step = 0;
     std::vector<std::string> resume_notes;
@@ -454,7 +462,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     if (rank == 0) {
       try {
         std::filesystem::create_directories(o.out);
-        std::ofstream(o.out + "/config.json") << config.effective_json << "\n";
+        zero::write_file_atomically(o.out + "/config.json", config.effective_json + "\n");
         zero::train::MetricsRows kept;
         if (first_step > 0) {
           kept = zero::train::read_metrics(o.out + "/metrics.csv", first_step);
@@ -471,6 +479,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                  << " row(s) up to step " << first_step << " kept";
           }
           if (kept.dropped > 0) line << ", " << kept.dropped << " row(s) after it dropped";
+          if (kept.torn > 0) line << ", a last row cut short (the run was killed) dropped";
           resume_notes.push_back(line.str());
         }
       } catch (const std::exception& e) {

@@ -1,5 +1,8 @@
 #include "report.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -8,6 +11,7 @@
 #include <sstream>
 
 #include "zero/error.h"
+#include "zero/files.h"
 
 namespace zero::train {
 
@@ -66,28 +70,34 @@ constexpr const char* kCsvHeader =
 }  // namespace
 
 CsvLog::CsvLog(const std::string& path, const std::vector<std::string>& kept_rows) : path_(path) {
-  // Written under a temporary name and renamed, so a resumed run that dies here leaves the
-  // previous file whole; the open handle stays valid across the rename.
-  const std::string temporary = path + ".tmp";
-  file_ = std::fopen(temporary.c_str(), "w");
-  ZERO_CHECK(file_ != nullptr, "cannot write ", temporary, ": ", std::strerror(errno));
-  std::fprintf(file_, "%s\n", kCsvHeader);
-  for (const std::string& row : kept_rows) std::fprintf(file_, "%s\n", row.c_str());
-  std::fflush(file_);
-  ZERO_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot rename ", temporary,
-             " to ", path, ": ", std::strerror(errno));
+  // The header and the kept rows replace the file atomically (a resumed run that dies here
+  // leaves the previous file whole); the rows after them are appended (append()).
+  std::string text = std::string(kCsvHeader) + "\n";
+  for (const std::string& row : kept_rows) text += row + "\n";
+  zero::write_file_atomically(path, text);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ZERO_CHECK(fd_ >= 0, "cannot open ", path, " for appending: ", std::strerror(errno));
 }
 
 CsvLog::~CsvLog() {
-  if (file_) std::fclose(file_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void CsvLog::append(const StepRecord& r) {
-  std::fprintf(file_, "%lld,%.17g,", static_cast<long long>(r.step), r.loss);
-  if (r.val_loss >= 0) std::fprintf(file_, "%.17g", r.val_loss);
-  std::fprintf(file_, ",%.17g,%.17g,%g,%d,%.1f,%.1f\n", r.lr, r.grad_norm, r.loss_scale,
-               r.skipped ? 1 : 0, r.tokens_per_second, r.step_ms);
-  std::fflush(file_);
+  // One write(2) of the whole row to a file opened O_APPEND: the row lands whole after the
+  // earlier ones, or (killed mid-write, disk full) as a torn last line that read_metrics drops.
+  char row[512];
+  int n = std::snprintf(row, sizeof(row), "%lld,%.17g,", static_cast<long long>(r.step), r.loss);
+  if (r.val_loss >= 0) n += std::snprintf(row + n, sizeof(row) - n, "%.17g", r.val_loss);
+  n += std::snprintf(row + n, sizeof(row) - n, ",%.17g,%.17g,%g,%d,%.1f,%.1f\n", r.lr,
+                     r.grad_norm, r.loss_scale, r.skipped ? 1 : 0, r.tokens_per_second, r.step_ms);
+  ZERO_INTERNAL_ASSERT(n > 0 && n < static_cast<int>(sizeof(row)), "CSV row of ", n, " bytes");
+  ssize_t written;
+  do {
+    written = ::write(fd_, row, static_cast<size_t>(n));
+  } while (written < 0 && errno == EINTR);
+  ZERO_CHECK(written == n, "cannot append to ", path_, ": ",
+             written < 0 ? std::strerror(errno) : "short write (is the disk full?)");
 }
 
 MetricsRows read_metrics(const std::string& path, int64_t last_step) {
@@ -100,6 +110,12 @@ MetricsRows read_metrics(const std::string& path, int64_t last_step) {
              line, "', expected '", kCsvHeader, "'");
   for (int64_t number = 2; std::getline(in, line); ++number) {
     if (line.empty()) continue;
+    // A last line without its newline is a row cut short (the run was killed or the disk
+    // filled while append() wrote it): that step was never finished, so it is trained again.
+    if (in.eof()) {
+      ++rows.torn;
+      break;
+    }
     std::vector<std::string> fields;
     std::stringstream split(line);
     for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
@@ -197,9 +213,7 @@ void write_loss_svg(const std::string& path, const std::vector<StepRecord>& reco
       << "\" fill=\"#1f77b4\">train loss</text>\n"
       << "<text x=\"" << kWidth - kRight - 150 << "\" y=\"" << kTop + 30
       << "\" fill=\"#d62728\">validation loss</text>\n</svg>\n";
-  std::ofstream out(path);
-  ZERO_CHECK(out.good(), "cannot write ", path, ": ", std::strerror(errno));
-  out << svg.str();
+  zero::write_file_atomically(path, svg.str());
 }
 
 std::string format_summary(const std::vector<SummaryRow>& rows) {

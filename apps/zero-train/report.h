@@ -37,17 +37,21 @@ class Progress {
 };
 
 /// Appends one CSV row per step to `path`. Opening writes the header and then `kept_rows`
-/// verbatim (a resumed run's earlier rows, see read_metrics), replacing the file atomically.
+/// verbatim (a resumed run's earlier rows, see read_metrics), replacing the file atomically;
+/// each row is then appended in one write, so no earlier row is ever lost or rewritten.
 /// Losses, learning rate and norm are printed at full precision (%.17g): two runs' rows
 /// compare bitwise as text.
 class CsvLog {
  public:
   explicit CsvLog(const std::string& path, const std::vector<std::string>& kept_rows = {});
   ~CsvLog();
+  CsvLog(const CsvLog&) = delete;
+  CsvLog& operator=(const CsvLog&) = delete;
+  /// Throws zero::Error naming the file when the row cannot be written whole.
   void append(const StepRecord& record);
 
  private:
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
   std::string path_;
 };
 
@@ -58,6 +62,7 @@ struct MetricsRows {
   std::vector<StepRecord> records;
   std::vector<std::string> lines;
   int64_t dropped = 0;  // rows after last_step (trained after the checkpoint, then lost)
+  int64_t torn = 0;     // 1 when the last row was cut short (no newline); it is not kept
 };
 MetricsRows read_metrics(const std::string& path, int64_t last_step);
 

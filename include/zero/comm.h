@@ -112,6 +112,25 @@ class Communicator {
   virtual void reset_stats() = 0;
 };
 
+/// Collective: every rank's `text`, in rank order, on every rank.
+std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text);
+
+// Note [Agreeing on a failure]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Work that can fail on some ranks only (reading a file, creating a directory, checking a
+// checkpoint piece) must not throw on those ranks alone: the others would go on into the next
+// collective and wait there forever, or be killed by an abort with one message per rank. So
+// such work is captured ("" for success, else the error's message), and the ranks agree on the
+// outcome in one collective before anything depends on it. Every rank then throws the same
+// zero::CollectiveError together, is at the same point, and can end normally; the error's
+// origin_rank() (the lowest failing rank, the same everywhere) prints it once.
+
+/// Collective (Note [Agreeing on a failure]). `error` is this rank's outcome: "" when its work
+/// succeeded. Returns when every rank succeeded; otherwise every rank throws CollectiveError
+/// naming the lowest failing rank R: on R its what() is R's own error, elsewhere "OPERATION
+/// failed on rank R: ERROR".
+void agree_on_failure(Communicator& comm, const std::string& operation, const std::string& error);
+
 /// The MPI backend for CPU tensors. Initializes MPI (MPI_THREAD_MULTIPLE) on first use if the
 /// program has not, and finalizes it at exit in that case. Uses MPI_COMM_WORLD.
 std::shared_ptr<Communicator> make_mpi_communicator();

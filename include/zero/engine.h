@@ -86,14 +86,22 @@ class Engine {
   /// 0 the metadata (zero/checkpoint.h, Note [Checkpoint format]). Atomic: the checkpoint
   /// appears, and `dir`/latest names it, only once every rank has finished. `client_state`
   /// is any JSON text, returned by load_checkpoint. Call it between optimizer steps (at an
-  /// accumulation boundary). Returns the tag.
+  /// accumulation boundary). Returns the tag. When a rank fails (a full disk, an unwritable
+  /// directory) every rank throws zero::CollectiveError and nothing of the save is left.
   virtual std::string save_checkpoint(const std::string& dir, const std::string& tag = "",
                                       const std::string& client_state = "{}") = 0;
   /// Collective. Loads `dir`/`tag` (tag "": the one `dir`/latest names), saved at any world
   /// size and any stage, into this engine: parameters, master weights, optimizer state,
   /// step counters, loss scale, learning rate. Every file is verified first; on any error
-  /// every rank throws and the engine is unchanged. Returns the saved client state.
+  /// every rank throws zero::CollectiveError and the engine is unchanged. Returns the saved
+  /// client state.
   virtual std::string load_checkpoint(const std::string& dir, const std::string& tag = "") = 0;
+  /// Collective. Checks before training what a later save_checkpoint(`dir`) needs: `dir`
+  /// exists or can be made, every rank can create files in it, and each file system it lands
+  /// on has room for one more checkpoint (the bytes of every rank's file there, from the state
+  /// the ranks hold). Makes `dir`. Throws zero::CollectiveError on every rank, naming the
+  /// directory and the free and needed bytes, when a save would fail.
+  virtual void check_checkpoint_destination(const std::string& dir) = 0;
 
   virtual const Config& config() const = 0;
   virtual int rank() const = 0;

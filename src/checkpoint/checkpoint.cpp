@@ -29,6 +29,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -37,13 +38,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <map>
+#include <sstream>
 
 #include "checkpoint/format.h"
 #include "common/bounded_input.h"
 #include "engine/engine_core.h"
-#include "engine/fingerprint.h"
+#include "common/capture_error.h"
 #include "zero/error.h"
+#include "zero/files.h"
 #include "zero/safetensors.h"
 
 namespace zero {
@@ -58,48 +62,13 @@ std::string system_error(const std::string& what, const fs::path& path) {
   return what + " '" + path.string() + "': " + std::strerror(errno);
 }
 
-void fsync_path(const fs::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  ZERO_CHECK(fd >= 0, system_error("cannot open for fsync", path));
+// Makes a rename or a new entry in `dir` durable (files themselves: write_file_atomically).
+void fsync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ZERO_CHECK(fd >= 0, system_error("cannot open for fsync", dir));
   const int rc = ::fsync(fd);
   ::close(fd);
-  ZERO_CHECK(rc == 0, system_error("cannot fsync", path));
-}
-
-// Writes `text` to `path` atomically: a temporary file, fsync, rename, fsync of the directory.
-void write_file_atomically(const fs::path& path, const std::string& text) {
-  const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    ZERO_CHECK(out.good(), system_error("cannot create", temporary));
-    out << text;
-    out.flush();
-    ZERO_CHECK(out.good(), system_error("cannot write", temporary));
-  }
-  fsync_path(temporary, false);
-  fs::rename(temporary, path);
-  fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), true);
-}
-
-// Collective: throws CollectiveError on every rank when any rank's `error` is non-empty,
-// naming the lowest failing rank.
-void agree(Communicator& comm, const std::string& operation, const std::string& error) {
-  const std::vector<std::string> errors = all_gather_texts(comm, error);
-  for (int r = 0; r < static_cast<int>(errors.size()); ++r) {
-    if (errors[r].empty()) continue;
-    if (r == comm.rank()) throw CollectiveError(errors[r], r);
-    throw CollectiveError(operation + " failed on rank " + std::to_string(r) + ": " + errors[r], r);
-  }
-}
-
-template <typename Fn>
-std::string capture_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return {};
+  ZERO_CHECK(rc == 0, system_error("cannot fsync", dir));
 }
 
 // The generator state in a rank file, checked before the ranks agree to commit: a state of the
@@ -162,7 +131,7 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
   const fs::path temporary_dir = root / (kTemporaryPrefix + tag);
 
   // 1. Rank 0 prepares an empty temporary directory.
-  agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
+  agree_on_failure(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
     fs::create_directories(root);
     std::string latest;
     if (fs::exists(root / kLatestFile)) latest = read_text_file(root / kLatestFile, "checkpoint index", kMaxIndexBytes);
@@ -175,14 +144,14 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
   }));
 
   // A failed save removes its temporary directory, so a full disk or a dead rank leaves no
-  // .tmp- behind. Rank 0 does it once agree() has thrown: agree is collective, so every rank
-  // has finished (or given up) writing by then.
+  // .tmp- behind. Rank 0 does it once agree_on_failure has thrown: it is collective, so every
+  // rank has finished (or given up) writing by then.
   try {
     // 2. Every rank writes what it owns.
     const std::vector<CheckpointParameter> params = engine.checkpoint_parameters();
     const std::vector<StateSegment> segments = engine.segments_to_save();
     Json file_info;
-    agree(comm, "save_checkpoint", capture_error([&] {
+    agree_on_failure(comm, "save_checkpoint", capture_error([&] {
       std::vector<std::pair<std::string, at::Tensor>> tensors;
       const at::Tensor master = engine.master_state();
       const auto state = engine.optimizer_state();
@@ -218,7 +187,7 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
     const std::vector<std::string> infos = all_gather_texts(comm, file_info.dump());
 
     // 3. Rank 0 writes the metadata and publishes the checkpoint.
-    agree(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
+    agree_on_failure(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
       const Config& config = engine.config();
       Json metadata;
       metadata["format"] = kFormat;
@@ -256,12 +225,12 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
       metadata["files"] = files;
       metadata["client_state"] = client;
       metadata["crc32"] = metadata_checksum(metadata);
-      write_file_atomically(temporary_dir / kMetadataFile, metadata.dump(1));
-      fsync_path(temporary_dir, true);
+      write_file_atomically((temporary_dir / kMetadataFile).string(), metadata.dump(1));
+      fsync_directory(temporary_dir);
       if (fs::exists(final_dir)) fs::remove_all(final_dir);  // not the latest (checked above)
       fs::rename(temporary_dir, final_dir);
-      fsync_path(root, true);
-      write_file_atomically(root / kLatestFile, tag + "\n");
+      fsync_directory(root);
+      write_file_atomically((root / kLatestFile).string(), tag + "\n");
     }));
   } catch (...) {
     if (rank == 0) {
@@ -271,6 +240,91 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
     throw;
   }
   return tag;
+}
+
+namespace {
+
+// What this rank's file of a checkpoint will take: its pieces of the fp32 master and of each
+// fp32 optimizer state, the 16-bit shard at stage 3, the generator state, and the safetensors
+// header (a JSON entry per tensor: name, dtype, shape, offsets; 256 bytes each is above what a
+// GPT-2 parameter name needs).
+int64_t estimated_rank_file_bytes(EngineCore& engine) {
+  const at::Tensor param16 = engine.param_shard_state();
+  const int64_t tensors_per_piece =
+      1 + static_cast<int64_t>(engine.optimizer_state().size()) + (param16.defined() ? 1 : 0);
+  const int64_t bytes_per_element =
+      4 * (1 + static_cast<int64_t>(engine.optimizer_state().size())) +
+      (param16.defined() ? static_cast<int64_t>(param16.element_size()) : 0);
+  int64_t bytes = 0;
+  const std::vector<StateSegment> segments = engine.segments_to_save();
+  for (const StateSegment& s : segments) bytes += (s.end - s.begin) * bytes_per_element;
+  at::Tensor rng;
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng = generator.get_state();
+  }
+  constexpr int64_t kHeaderBytesPerTensor = 256;
+  return bytes + rng.numel() +
+         kHeaderBytesPerTensor * (static_cast<int64_t>(segments.size()) * tensors_per_piece + 1);
+}
+
+}  // namespace
+
+void check_checkpoint_destination(EngineCore& engine, const std::string& dir) {
+  Communicator& comm = engine.communicator();
+  const int rank = comm.rank();
+  const fs::path root(dir);
+  // 1. Every rank can make the directory and create a file in it (each writes its own file).
+  struct statvfs space {};
+  agree_on_failure(comm, "check_checkpoint_destination", capture_error([&] {
+    std::error_code error;
+    fs::create_directories(root, error);
+    ZERO_CHECK(!error && fs::is_directory(root), "checkpoint directory '", root.string(),
+               "' cannot be made: ", error ? error.message() : "a file of that name exists");
+    const fs::path probe =
+        root / (".zero-write-test-" + std::to_string(rank) + "-" + std::to_string(::getpid()));
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    ZERO_CHECK(fd >= 0, system_error("checkpoint directory is not writable: cannot create", probe));
+    const bool written = ::write(fd, "0", 1) == 1;
+    const std::string write_error = system_error("cannot write", probe);
+    ::close(fd);
+    ::unlink(probe.c_str());
+    ZERO_CHECK(written, "checkpoint directory is not writable: ", write_error);
+    ZERO_CHECK(::statvfs(root.c_str(), &space) == 0, system_error("cannot read the free space of",
+                                                                   root));
+  }));
+  // 2. Room for one more checkpoint on every file system the ranks write to: ranks that see the
+  // same file system (the same f_fsid) need the sum of their files there. The metadata is small
+  // next to the rank files (a few hundred bytes per parameter and piece): 1 MiB of slack.
+  const int64_t needed = estimated_rank_file_bytes(engine);
+  const int64_t free_bytes = static_cast<int64_t>(space.f_bavail) * static_cast<int64_t>(space.f_frsize);
+  std::ostringstream mine;
+  mine << space.f_fsid << " " << free_bytes << " " << needed;
+  const std::vector<std::string> all = all_gather_texts(comm, mine.str());
+  int64_t needed_here = int64_t{1} << 20;
+  std::vector<int> writers;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    std::istringstream in(all[r]);
+    unsigned long fsid = 0;
+    int64_t their_free = 0, their_need = 0;
+    in >> fsid >> their_free >> their_need;
+    if (fsid != space.f_fsid) continue;
+    needed_here += their_need;
+    writers.push_back(r);
+  }
+  auto mib = [](int64_t bytes) {
+    std::ostringstream text;
+    text << bytes << " bytes (" << std::fixed << std::setprecision(1)
+         << static_cast<double>(bytes) / (1 << 20) << " MiB)";
+    return text.str();
+  };
+  agree_on_failure(comm, "check_checkpoint_destination", capture_error([&] {
+    ZERO_CHECK(free_bytes >= needed_here, "checkpoint directory '", root.string(), "' has ",
+               mib(free_bytes), " free on its file system, but a checkpoint needs about ",
+               mib(needed_here), " there (the files of ", writers.size(), " rank(s), ",
+               mib(needed), " on this one); free space, or save elsewhere");
+  }));
 }
 
 std::string load_checkpoint(EngineCore& engine, const std::string& dir, const std::string& tag_in) {
@@ -375,7 +429,7 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
     // Counters are parsed here too, so the commit below cannot fail.
     saved = counters_from_json(metadata.at("counters"));
   });
-  agree(comm, "load_checkpoint", error);
+  agree_on_failure(comm, "load_checkpoint", error);
 
   // Every rank has everything: commit.
   {

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "common/capture_error.h"
 #include "engine/fingerprint.h"
 #include "zero/error.h"
 
@@ -94,7 +95,11 @@ EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& c
   scheduler_ = make_scheduler(config_);
   lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
   queue_ = std::make_unique<CommQueue>(config_.zero_optimization.overlap_comm);
-  monitor_ = std::make_unique<EngineMonitor>(config_, rank_);
+  // An unwritable csv_monitor path fails on rank 0 alone: the error waits for
+  // check_ranks_agree, where every rank fails together (Note [Agreeing on a failure]).
+  startup_error_ =
+      capture_error([&] { monitor_ = std::make_unique<EngineMonitor>(config_, rank_); });
+  if (!monitor_) monitor_ = std::make_unique<EngineMonitor>(config_, /*rank=*/-1);  // silent
   hook_target_ = std::make_shared<HookTarget>();
   hook_target_->engine = this;
 }
@@ -152,6 +157,10 @@ std::string EngineCore::save_checkpoint(const std::string& dir, const std::strin
   return zero::save_checkpoint(*this, dir, tag, client_state);
 }
 
+void EngineCore::check_checkpoint_destination(const std::string& dir) {
+  zero::check_checkpoint_destination(*this, dir);
+}
+
 std::string EngineCore::load_checkpoint(const std::string& dir, const std::string& tag) {
   ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
   queue_->wait();
@@ -166,6 +175,7 @@ void EngineCore::set_learning_rate(double lr) {
 }
 
 void EngineCore::check_ranks_agree(const std::string& parameters_description) {
+  agree_on_failure(*comm_, "initialize", startup_error_);
   std::ostringstream description;
   description << "world size " << world_ << "\n";
   for (const std::string& line : effective_config_lines(config_)) {

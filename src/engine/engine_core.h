@@ -93,6 +93,7 @@ class EngineCore : public Engine {
   std::string save_checkpoint(const std::string& dir, const std::string& tag,
                               const std::string& client_state) final;
   std::string load_checkpoint(const std::string& dir, const std::string& tag) final;
+  void check_checkpoint_destination(const std::string& dir) final;
 
   // ---- checkpoint access (Note [Checkpoint format] in src/checkpoint/checkpoint.cpp) ----
   /// The trainable parameters, shared ones once, in the order StateSegment::param indexes.
@@ -147,7 +148,7 @@ class EngineCore : public Engine {
   void register_gradient_hooks(const std::vector<at::Tensor>& params,
                                const std::vector<std::string>& names);
   /// Every rank compares config, world size and `parameters_description`; fails together on
-  /// a difference (Note in fingerprint.h).
+  /// a difference (Note in fingerprint.h) or when a rank's construction failed (startup_error_).
   void check_ranks_agree(const std::string& parameters_description);
 
   std::shared_ptr<torch::nn::Module> model_;
@@ -181,6 +182,7 @@ class EngineCore : public Engine {
       decltype(torch::autograd::impl::grad_accumulator(std::declval<at::Tensor>()));
   std::vector<AccumulatorPtr> accumulators_;
   std::unique_ptr<EngineMonitor> monitor_;
+  std::string startup_error_;  // "" or why this rank's construction failed (check_ranks_agree)
   BoundaryRecord window_;  // what the monitor gets at the next boundary
   mutable std::mutex stats_mutex_;
   CommStats engine_stats_;

@@ -25,30 +25,6 @@ std::string clip(const std::string& line) {
 
 }  // namespace
 
-std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text) {
-  const int world = comm.size();
-  if (world == 1) return {text};
-  // Exchange lengths, then the texts themselves.
-  at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
-  at::Tensor lengths = at::empty({world}, at::kLong);
-  comm.all_gather(length, lengths);
-  std::vector<int64_t> counts(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + world);
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  at::Tensor mine = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
-  if (!text.empty()) std::memcpy(mine.data_ptr(), text.data(), text.size());
-  at::Tensor all = at::empty({total}, at::kByte);
-  comm.all_gather(mine, all, counts);
-  const char* base = reinterpret_cast<const char*>(all.data_ptr());
-  std::vector<std::string> texts;
-  int64_t offset = 0;
-  for (int64_t c : counts) {
-    texts.emplace_back(base + offset, base + offset + c);
-    offset += c;
-  }
-  return texts;
-}
-
 void check_ranks_agree_on(Communicator& comm, const std::string& description) {
   const int world = comm.size();
   if (world == 1) return;
@@ -67,7 +43,8 @@ void check_ranks_agree_on(Communicator& comm, const std::string& description) {
             << (i < reference.size() ? clip(reference[i]) : "<end>") << "\n  rank " << r << ": "
             << (i < other.size() ? clip(other[i]) : "<end>")
             << "\n(every rank must build the same model and load the same config)";
-    throw Error(message.str());
+    // Every rank builds this same message: rank r's CollectiveError is printed once.
+    throw CollectiveError(message.str(), r);
   }
 }
 

@@ -10,11 +10,8 @@
 namespace zero {
 
 /// Collective. Compares `description` (lines of text) across ranks; on any difference throws
-/// zero::Error on every rank naming the first rank that differs from rank 0 and the first
-/// differing line of each.
+/// zero::CollectiveError on every rank naming the first rank that differs from rank 0 (its
+/// origin_rank()) and the first differing line of each.
 void check_ranks_agree_on(Communicator& comm, const std::string& description);
-
-/// Collective: every rank's `text`, in rank order, on every rank.
-std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text);
 
 }  // namespace zero

@@ -23,6 +23,16 @@ EngineMonitor::EngineMonitor(const Config& config, int rank) {
     ZERO_CHECK(!error, config.source, ": csv_monitor: cannot create directory '", dir.string(),
                "': ", error.message());
     csv_dir_ = dir.string();
+    // Every file is opened here, at start-up, so an unwritable path fails initialize (on
+    // every rank: Note [Agreeing on a failure]) instead of the first step.
+    try {
+      open_csv("Train/Samples/train_loss");
+      open_csv("Train/Samples/lr");
+      if (fp16_) open_csv("Train/Samples/loss_scale");
+    } catch (...) {
+      for (auto& [name, file] : csv_files_) std::fclose(file);  // no destructor runs
+      throw;
+    }
   }
 }
 
@@ -31,19 +41,26 @@ EngineMonitor::~EngineMonitor() {
 }
 
 // One file per event, named like DeepSpeed's CSV monitor ("Train/Samples/train_loss" ->
-// Train_Samples_train_loss.csv), rows "step,value" with the step axis in samples.
-void EngineMonitor::write_csv(const std::string& event, int64_t x, double value) {
-  std::FILE*& file = csv_files_[event];
-  if (file == nullptr) {
-    std::string name = event;
-    for (char& c : name) {
-      if (c == '/') c = '_';
-    }
-    const std::string path = csv_dir_ + "/" + name + ".csv";
-    file = std::fopen(path.c_str(), "w");
-    ZERO_CHECK(file != nullptr, "csv_monitor: cannot write '", path, "': ", std::strerror(errno));
-    std::fprintf(file, "step,%s\n", event.substr(event.rfind('/') + 1).c_str());
+// Train_Samples_train_loss.csv), rows "step,value" with the step axis in samples. Opened for
+// appending, as DeepSpeed does: a resumed run adds its rows after the earlier run's (the
+// header is written once, into an empty file).
+void EngineMonitor::open_csv(const std::string& event) {
+  std::string name = event;
+  for (char& c : name) {
+    if (c == '/') c = '_';
   }
+  const std::string path = csv_dir_ + "/" + name + ".csv";
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  ZERO_CHECK(file != nullptr, "csv_monitor: cannot write '", path, "': ", std::strerror(errno));
+  csv_files_[event] = file;
+  if (std::ftell(file) == 0) {
+    std::fprintf(file, "step,%s\n", event.substr(event.rfind('/') + 1).c_str());
+    std::fflush(file);
+  }
+}
+
+void EngineMonitor::write_csv(const std::string& event, int64_t x, double value) {
+  std::FILE* file = csv_files_.at(event);
   std::fprintf(file, "%lld,%.9g\n", static_cast<long long>(x), value);
   std::fflush(file);
 }

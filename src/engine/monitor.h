@@ -26,6 +26,8 @@ struct BoundaryRecord {
 
 class EngineMonitor {
  public:
+  /// Rank 0 creates csv_monitor's directory and opens its files; throws zero::Error naming
+  /// the path when it cannot. Other ranks report nothing.
   EngineMonitor(const Config& config, int rank);
   ~EngineMonitor();
   EngineMonitor(const EngineMonitor&) = delete;
@@ -37,6 +39,7 @@ class EngineMonitor {
   bool reporting() const { return active_ && (print_every_ > 0 || !csv_dir_.empty()); }
 
  private:
+  void open_csv(const std::string& event);
   void write_csv(const std::string& event, int64_t x, double value);
 
   bool active_ = false;

@@ -97,6 +97,20 @@ echo '{"train_micro_batch_size_per_gpu": 1e400}' > "$work/overflow.json"
 check config_number_overflow "$work/overflow.json" "1e400" -- --config "$work/overflow.json"
 mkdir -p "$work/fifo-checkpoint"; mkfifo "$work/fifo-checkpoint/latest"
 check resume_latest_fifo "$work/fifo-checkpoint/latest" "FIFO" -- --config "$good_config" --resume "$work/fifo-checkpoint"
+# Checked before training, on every rank (issue: faults found only mid-run): a csv_monitor
+# path that cannot be made (rank 0 alone fails; every rank ends with one message), a
+# checkpoint directory that cannot be made, an encoder with fewer tokens than the model draws.
+echo "not a directory" > "$work/a-file"
+cat > "$work/monitor.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW"},
+ "csv_monitor": {"enabled": true, "output_path": "$work/a-file/monitor", "job_name": "job"}}
+JSON
+check monitor_unwritable "csv_monitor: cannot create directory" "$work/a-file/monitor" -- --config "$work/monitor.json"
+check checkpoint_dir_unwritable "$work/a-file/checkpoints" -- --config "$good_config" --save-every 1 \
+  --checkpoint-dir "$work/a-file/checkpoints"
+echo '{"!": 0, "\"": 1}' > "$work/small-encoder.json"
+check encoder_too_small "$work/small-encoder.json" "has 2 tokens" "50257" -- --config "$good_config" \
+  --encoder "$work/small-encoder.json"
 # One job per directory (Note [Directory lock]): while job A trains in run-shared with its
 # checkpoints in shared-ckpt, a second job on either directory ends at start-up naming A.
 "$zero_run" -n 1 -- "$zero_train" --config "$good_config" --steps 100000 --out "$work/run-shared" \
@@ -120,32 +134,43 @@ fi
 # zero-run's own options.
 "$zero_run" -n >"$work/zero_run_n.out" 2>&1
 verify_failure zero_run_no_value $? "$work/zero_run_n.out" "zero-run: -n needs a value"
-# A full disk during a save: a 120 MiB file system of the job's own (tmpfs, in a private mount
-# namespace, so no privilege is needed) holds the first checkpoint (84 MB) but not a second.
-# One message naming the file and ENOSPC, exit 2, no .tmp- directory left, `latest` and the
-# first checkpoint intact, metrics.csv's rows kept.
+# A full disk (a 200 MiB file system of the job's own: tmpfs in a private mount namespace, so
+# no privilege is needed; one checkpoint of this model at 2 ranks is 88 MB).
+# - Run 1 saves step 1. Run 2 resumes and saves steps 2 and 3: the start-up check passes (one
+#   checkpoint fits), step 2's save fits, step 3's runs out of space while the rank files are
+#   written: one message naming the file and ENOSPC, exit 2, no .tmp- directory left, `latest`
+#   still global_step2, every metrics.csv row (steps 1-3) kept.
+# - Run 3 resumes again: the start-up check finds no room for a checkpoint and refuses before
+#   training, naming the free and needed bytes.
 disk="$work/small-disk"; mkdir -p "$disk"
 if unshare -rm mount -t tmpfs -o size=1m tmpfs "$disk" 2>/dev/null; then
   unshare -rm bash -c '
     disk="$1" zero_run="$2" zero_train="$3" config="$4" out="$5"
-    mount -t tmpfs -o size=120m tmpfs "$disk" || exit 1
-    timeout 120 "$zero_run" -n 2 -- "$zero_train" --config "$config" --steps 1 --save-every 1 \
-      --out "$disk/run" >"$out.first" 2>&1 || { echo "first run failed" >"$out"; exit 0; }
-    timeout 120 "$zero_run" -n 2 -- "$zero_train" --config "$config" --steps 2 --save-every 2 \
-      --resume auto --out "$disk/run" >"$out" 2>&1
+    mount -t tmpfs -o size=200m tmpfs "$disk" || exit 1
+    train() { timeout 120 "$zero_run" -n 2 -- "$zero_train" --config "$config" --save-every 1 \
+                --resume auto --out "$disk/run" "$@"; }
+    train --steps 1 >"$out.first" 2>&1 || { echo "first run failed" >"$out"; exit 0; }
+    train --steps 3 >"$out" 2>&1
     echo $? >"$out.status"
     ls -A "$disk/run/checkpoints" >"$out.listing"
     cat "$disk/run/checkpoints/latest" >"$out.latest"
-    grep -c "^1," "$disk/run/metrics.csv" >"$out.rows"
+    grep -c "^[123]," "$disk/run/metrics.csv" >"$out.rows"
+    train --steps 4 >"$out.third" 2>&1
+    echo $? >"$out.third.status"
   ' _ "$disk" "$zero_run" "$zero_train" "$good_config" "$work/disk_full.out"
   verify_failure disk_full "$(cat "$work/disk_full.out.status" 2>/dev/null || echo none)" \
     "$work/disk_full.out" ".safetensors.tmp': No space left on device"
   if grep -q "^\.tmp-" "$work/disk_full.out.listing" 2>/dev/null || \
-     [ "$(cat "$work/disk_full.out.latest" 2>/dev/null)" != "global_step1" ] || \
-     [ "$(cat "$work/disk_full.out.rows" 2>/dev/null)" != "1" ]; then
+     [ "$(cat "$work/disk_full.out.latest" 2>/dev/null)" != "global_step2" ] || \
+     [ "$(cat "$work/disk_full.out.rows" 2>/dev/null)" != "3" ]; then
     echo "[disk_full] left a .tmp- directory, lost latest or lost metrics rows:"
     cat "$work/disk_full.out.listing" "$work/disk_full.out.latest" "$work/disk_full.out.rows" 2>&1 | sed 's/^/    | /'
     failures=$((failures + 1))
+  fi
+  verify_failure disk_full_at_start "$(cat "$work/disk_full.out.third.status" 2>/dev/null || echo none)" \
+    "$work/disk_full.out.third" "MiB) free on its file system, but a checkpoint needs about"
+  if grep -q "^step 4/" "$work/disk_full.out.third" 2>/dev/null; then
+    echo "[disk_full_at_start] trained before refusing"; failures=$((failures + 1))
   fi
 else
   echo "[disk_full] skipped: this machine allows no private mount namespace (unshare -rm)"

@@ -4,7 +4,8 @@
 # --save-every 4 and then --resume auto for steps 5..8. Every metrics.csv column a step
 # determines (loss, validation loss, learning rate, gradient norm, loss scale, skipped) must
 # be the same text in both runs: the CSV prints them at full precision, so this is bitwise.
-# Dropout is on, so each rank's random generator must be restored too. Then: a rerun with
+# Dropout is on, so each rank's random generator must be restored too; a torn last row of
+# metrics.csv (a kill mid-write) is dropped on resume. Then: a rerun with
 # nothing left to train exits 0, and a --steps below the checkpoint's step is refused.
 #   check_resume.sh ZERO_TRAIN ZERO_RUN CONFIG WORK_DIR
 set -uo pipefail
@@ -30,9 +31,14 @@ train "$work/first.log" --steps 4 --save-every 4 --out "$resumed" || fail "the f
 grep -q "step 4: saved checkpoint $resumed/checkpoints/global_step4" "$work/first.log" ||
   fail "no 'saved checkpoint' line for step 4"
 [ "$(cat "$resumed/checkpoints/latest")" = global_step4 ] || fail "latest does not name global_step4"
+# A kill while step 5's row was being written leaves it cut short (no newline): the resumed
+# run drops it, says so, and its rows still match the straight run's.
+printf '5,10.84' >> "$resumed/metrics.csv"
 echo "== resumed for steps 5..8"
 train "$work/second.log" --steps 8 --save-every 4 --resume auto --out "$resumed" ||
   fail "the resumed run failed"
+grep -q "a last row cut short (the run was killed) dropped" "$work/second.log" ||
+  fail "no line about the torn metrics.csv row"
 grep -q "resuming from $resumed/checkpoints/global_step4 after step 4: training steps 5..8" \
   "$work/second.log" || fail "no 'resuming from' line"
 [ "$(cat "$resumed/checkpoints/latest")" = global_step8 ] || fail "latest does not name global_step8"
