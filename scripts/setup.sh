@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what zero needs and is missing, then configures the build directory. Idempotent:
 # a second run installs nothing and only re-runs cmake's configure step if needed.
-#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, GoogleTest.
+#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, GoogleTest,
+#   and clang with its sanitizer and fuzzer runtimes (scripts/sanitize.sh).
 #   PyPI: torch (pinned below), whose wheel carries libtorch and its CMake config; the
 #   safetensors and transformers packages for the interoperability tests (optional).
 set -euo pipefail
@@ -11,8 +12,9 @@ TORCH_VERSION="${ZERO_TORCH_VERSION:-2.15.0}"
 BUILD_DIR="${ZERO_BUILD_DIR:-build}"
 PYTHON="${PYTHON:-python3}"
 
+# clang, its sanitizer and libFuzzer runtimes and llvm-symbolizer: scripts/sanitize.sh.
 apt_packages=(g++ cmake ninja-build libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev zlib1g-dev
-              libgtest-dev)
+              libgtest-dev clang libclang-rt-dev llvm)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

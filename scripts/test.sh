@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite (ctest). Idempotent.
+# Installs what is missing, builds, and runs the whole test suite: ctest, then the sanitizer
+# and fuzzing runs (scripts/sanitize.sh; ZERO_SANITIZERS=0 skips them locally). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup.sh
 BUILD_DIR="${ZERO_BUILD_DIR:-build}"
 cmake --build "$BUILD_DIR" -j "$(nproc)"
-cd "$BUILD_DIR"
-ctest --output-on-failure --timeout 900 "$@"
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 "$@")
+if [ "${ZERO_SANITIZERS:-1}" != 0 ]; then
+  scripts/sanitize.sh
+fi

@@ -7,6 +7,10 @@
 #include <ATen/ATen.h>
 
 #include <nlohmann/json.hpp>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <filesystem>
 #include <fstream>
@@ -272,7 +276,7 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
       // Metadata naming a file outside the checkpoint, even one that exists, is not followed.
       {"file_outside",
        [&](const fs::path& p) {
-         edit_metadata(p, "\"rank_00000.safetensors\"", "\"../good/rank_00000.safetensors\"");
+         edit_metadata(p, "\"rank_00000.safetensors\"", "\"../outside/rank_00000.safetensors\"");
        },
        "no other name is read"},
       {"file_absolute",
@@ -386,6 +390,17 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
        },
        "format version 99; this build reads version 2"},
   };
+  // The file "file_outside" names exists, and must not even be opened: rank 0 watches it
+  // (inotify sees an open by any process on this machine, every rank included).
+  const fs::path outside = fs::path(dir) / "outside" / "rank_00000.safetensors";
+  int watch = -1;
+  if (comm->rank() == 0) {
+    fs::create_directories(outside.parent_path());
+    fs::copy_file(good / "rank_00000.safetensors", outside);
+    watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    EXPECT_GE(watch, 0);
+    EXPECT_GE(::inotify_add_watch(watch, outside.c_str(), IN_OPEN | IN_ACCESS), 0);
+  }
   Trainer target = make_trainer(spec, options);
   const at::Tensor before = parameters_of(target);
   for (const Case& c : cases) {
@@ -404,6 +419,14 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
           << message;
     }
     EXPECT_TRUE(at::equal(parameters_of(target), before)) << "a failed load changed the engine";
+  }
+  if (comm->rank() == 0) {
+    alignas(inotify_event) char events[4096];
+    const ssize_t n = ::read(watch, events, sizeof(events));
+    EXPECT_TRUE(n < 0 && errno == EAGAIN) << outside << " was opened or read by a load";
+    std::ifstream(outside).get();  // the watch itself works: this open is seen
+    EXPECT_GT(::read(watch, events, sizeof(events)), 0) << "the inotify watch saw nothing";
+    ::close(watch);
   }
   // A checkpoint of a different model.
   Trainer gpt = make_trainer(tiny_gpt2_spec(), options);

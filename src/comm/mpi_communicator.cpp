@@ -518,17 +518,22 @@ class MpiCommunicator final : public Communicator {
       std::byte* send_base = base + offsets_[send_chunk] * es;
       std::byte* recv_base = base + offsets_[recv_chunk] * es;
       for (int64_t k = 0; k < std::max(send_segs, recv_segs); ++k) {
-        const int64_t sn = k < send_segs ? std::min(seg, send_n - k * seg) : 0;
-        const int64_t rn = k < recv_segs ? std::min(seg, recv_n - k * seg) : 0;
+        // A side that has run out of segments passes no pointer: its chunk may be empty (a
+        // null base), and an offset past its end is not a pointer into it.
+        const bool sending = k < send_segs;
+        const bool receiving = k < recv_segs;
+        const int64_t sn = sending ? std::min(seg, send_n - k * seg) : 0;
+        const int64_t rn = receiving ? std::min(seg, recv_n - k * seg) : 0;
         const int64_t offset = k * seg * es;
         check_mpi(call,
-                  MPI_Sendrecv(send_base + offset, static_cast<int>(sn * es), MPI_BYTE,
-                               k < send_segs ? next : MPI_PROC_NULL, kRingTag,
-                               destination(s, offset, recv_base), static_cast<int>(rn * es),
-                               MPI_BYTE, k < recv_segs ? prev : MPI_PROC_NULL, kRingTag, comm_,
+                  MPI_Sendrecv(sending ? send_base + offset : nullptr, static_cast<int>(sn * es),
+                               MPI_BYTE, sending ? next : MPI_PROC_NULL, kRingTag,
+                               receiving ? destination(s, offset, recv_base) : nullptr,
+                               static_cast<int>(rn * es), MPI_BYTE,
+                               receiving ? prev : MPI_PROC_NULL, kRingTag, comm_,
                                MPI_STATUS_IGNORE),
                   what);
-        received(s, offset, recv_base, rn);
+        if (receiving) received(s, offset, recv_base, rn);
       }
     }
   }

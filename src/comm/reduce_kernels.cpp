@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/simd_level.h"
 #include "zero/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -271,15 +272,12 @@ ZERO_AVX512 void sum_f16_avx512(c10::Half* o, const c10::Half* a, const c10::Hal
 #undef ZERO_AVX512
 
 KernelFamily detect_family() {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {
-    return KernelFamily::kScalar;
+  switch (simd_level()) {
+    case SimdLevel::kAvx512: return KernelFamily::kAvx512;
+    case SimdLevel::kAvx2: return KernelFamily::kAvx2;
+    case SimdLevel::kScalar: break;
   }
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl")) {
-    return KernelFamily::kAvx512;
-  }
-  return KernelFamily::kAvx2;
+  return KernelFamily::kScalar;
 }
 #else
 KernelFamily detect_family() { return KernelFamily::kScalar; }

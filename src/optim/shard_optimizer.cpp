@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "common/simd_level.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -72,21 +73,6 @@ template <typename Grad, typename Param>
   }
 }
 
-enum class Isa { kBaseline, kAvx2, kAvx512 };
-
-Isa detect_isa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c")) {
-      return Isa::kAvx512;
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return Isa::kAvx2;
-    return Isa::kBaseline;
-  }();
-  return isa;
-}
-
 #define ZERO_DEFINE_LOOPS(SUFFIX, ATTRIBUTE)                                                   \
   template <typename Grad, typename Param>                                                     \
   ATTRIBUTE void adam_loop_##SUFFIX(float* master, const Grad* grad, Param* out, float* m,     \
@@ -107,20 +93,20 @@ ZERO_DEFINE_LOOPS(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,
 template <typename Grad, typename Param>
 void adam_loop(float* master, const Grad* grad, Param* out, float* m, float* v, int64_t begin,
                int64_t end, const AdamScalars& s) {
-  switch (detect_isa()) {
-    case Isa::kAvx512: return adam_loop_avx512(master, grad, out, m, v, begin, end, s);
-    case Isa::kAvx2: return adam_loop_avx2(master, grad, out, m, v, begin, end, s);
-    case Isa::kBaseline: return adam_loop_baseline(master, grad, out, m, v, begin, end, s);
+  switch (simd_level()) {
+    case SimdLevel::kAvx512: return adam_loop_avx512(master, grad, out, m, v, begin, end, s);
+    case SimdLevel::kAvx2: return adam_loop_avx2(master, grad, out, m, v, begin, end, s);
+    case SimdLevel::kScalar: return adam_loop_baseline(master, grad, out, m, v, begin, end, s);
   }
 }
 
 template <typename Grad, typename Param>
 void sgd_loop(float* master, const Grad* grad, Param* out, float* buf, int64_t begin,
               int64_t end, const SgdScalars& s) {
-  switch (detect_isa()) {
-    case Isa::kAvx512: return sgd_loop_avx512(master, grad, out, buf, begin, end, s);
-    case Isa::kAvx2: return sgd_loop_avx2(master, grad, out, buf, begin, end, s);
-    case Isa::kBaseline: return sgd_loop_baseline(master, grad, out, buf, begin, end, s);
+  switch (simd_level()) {
+    case SimdLevel::kAvx512: return sgd_loop_avx512(master, grad, out, buf, begin, end, s);
+    case SimdLevel::kAvx2: return sgd_loop_avx2(master, grad, out, buf, begin, end, s);
+    case SimdLevel::kScalar: return sgd_loop_baseline(master, grad, out, buf, begin, end, s);
   }
 }
 

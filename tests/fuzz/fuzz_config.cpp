@@ -1,0 +1,20 @@
+// libFuzzer target: the DeepSpeed config parser (zero::parse_config) on arbitrary text, at one
+// and at three ranks (the batch solver depends on the world size). See fuzz_util.h.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fuzz_util.h"
+#include "zero/config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  for (int world : {1, 3}) {
+    zero::fuzz::expect_clean([&] {
+      const zero::Config config = zero::parse_config(text, world, "fuzz.json");
+      // What a program does next with an accepted config.
+      (void)zero::effective_config_lines(config);
+    });
+  }
+  return 0;
+}
