@@ -380,20 +380,25 @@ TEST(CommKernels, EveryFamilyMatchesTheReferenceBitwise) {
 
 // Note [Collective timeout], in one process: a collective in flight past the deadline calls
 // the abort once, after printing the message; one that ends in time does not. The message
-// names the op, the bytes, the sequence number and the ranks that have not arrived.
+// names the op, the bytes, the sequence number, the ranks that have not arrived and those
+// whose heartbeat stopped (stopped or dead, even inside the collective).
 TEST(CollectiveWatchdog, AbortsACollectivePastItsDeadlineNamingTheLaggard) {
   std::vector<int64_t> published;
+  std::atomic<int64_t> heartbeat{0};
   std::atomic<int> aborts{0};
   comm::CollectiveWatchdog watchdog(
       "mpi", /*rank=*/0, /*size=*/3, /*timeout_seconds=*/1,
       [&](int64_t entered) { published.push_back(entered); },
-      [] { return std::vector<int64_t>{2, 2, 1}; }, [&] { aborts.fetch_add(1); });
+      [&](int64_t now_ns) { heartbeat.store(now_ns); },
+      [] { return std::vector<comm::RankProgress>{{2, 0}, {2, 0}, {1, 0}}; },
+      [&] { aborts.fetch_add(1); });
   {
     const comm::CollectiveWatchdog::Scope quick(watchdog, "barrier", 0);
   }
   EXPECT_EQ(watchdog.entered(), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(1300));
   EXPECT_EQ(aborts.load(), 0) << "an idle communicator timed out";
+  EXPECT_GT(heartbeat.load(), 0) << "the watchdog publishes no heartbeat";
   {
     const comm::CollectiveWatchdog::Scope slow(watchdog, "all_gather", 4096);
     for (int i = 0; i < 50 && aborts.load() == 0; ++i) {
@@ -402,15 +407,38 @@ TEST(CollectiveWatchdog, AbortsACollectivePastItsDeadlineNamingTheLaggard) {
   }
   EXPECT_EQ(aborts.load(), 1);
   EXPECT_EQ(published, (std::vector<int64_t>{1, 2}));
-  const std::string message = watchdog.timeout_message("all_gather", 4096, 2, 1.2);
+  const std::string message = watchdog.timeout_message("all_gather", 4096, 2, 1.2, 1);
   EXPECT_NE(message.find("collective timeout on rank 0 of 3: all_gather (mpi, 4096 bytes, "
                          "this rank's collective #2) has waited 1 s, past the deadline of 1 s"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("waiting for rank 2 (entered 1 collectives)"), std::string::npos)
       << message;
-  comm::CollectiveWatchdog across_nodes("mpi", 0, 2, 1, nullptr, nullptr, [] {});
-  EXPECT_NE(across_nodes.timeout_message("barrier", 0, 1, 1).find("is unknown"),
+  comm::CollectiveWatchdog across_nodes("mpi", 0, 2, 1, nullptr, nullptr, nullptr, [] {});
+  EXPECT_NE(across_nodes.timeout_message("barrier", 0, 1, 1, 1).find("is unknown"),
+            std::string::npos);
+}
+
+// Heartbeats: rank 1 entered the collective and then stopped (its heartbeat is 10 s old), rank
+// 2 is behind and silent too, rank 3 is inside and alive.
+TEST(CollectiveWatchdog, SilentPeersAreNamedEvenInsideTheCollective) {
+  const int64_t now = 100'000'000'000;
+  const int64_t stale = now - 10'000'000'000;
+  const int64_t fresh = now - 100'000'000;
+  comm::CollectiveWatchdog watchdog(
+      "mpi", 0, 4, 600, nullptr, nullptr,
+      [&] { return std::vector<comm::RankProgress>{{7, fresh}, {7, stale}, {6, stale}, {7, fresh}}; },
+      [] {});
+  const std::string message = watchdog.timeout_message("reduce_scatter", 64, 7, 600, now);
+  EXPECT_NE(message.find("waiting for rank 2 (entered 6 collectives, silent for 10 s)"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1 entered it too but has been silent for 10 s (stopped or dead)"),
+            std::string::npos) << message;
+  EXPECT_EQ(message.find("rank 3"), std::string::npos) << message;
+  comm::CollectiveWatchdog all_alive(
+      "mpi", 0, 2, 600, nullptr, nullptr,
+      [&] { return std::vector<comm::RankProgress>{{7, fresh}, {7, fresh}}; }, [] {});
+  EXPECT_NE(all_alive.timeout_message("barrier", 0, 7, 600, now).find("stuck inside it"),
             std::string::npos);
 }
 

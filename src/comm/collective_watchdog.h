@@ -13,10 +13,13 @@
 //   checks the slot. A collective in flight longer than the deadline (ZERO_COLLECTIVE_TIMEOUT_S,
 //   default 600 s, as NCCL's and DeepSpeed's default is 10 to 30 minutes) ends the job through
 //   the backend's abort, after printing one line to stderr.
-// - Which peer: each rank also publishes how many collectives it has entered (a shared-memory
-//   progress board, one slot per rank, when every rank shares one node). A peer that has
-//   entered fewer collectives than this rank's current one has not arrived: it is the one
-//   waited for. Across nodes the board does not exist and the message says the peer is unknown.
+// - Which peer: each rank also publishes, on a shared-memory progress board (one slot per
+//   rank, when every rank shares one node), how many collectives it has entered and a
+//   heartbeat its watchdog thread renews at every wake-up. A peer that has entered fewer
+//   collectives than this rank's current one has not arrived: it is the one waited for. A
+//   peer whose heartbeat is older than kSilentAfter (or 4 wake-ups) is stopped or dead, even
+//   when it stopped inside this very collective. Across nodes the board does not exist and
+//   the message says the peer is unknown.
 // - The deadline covers time inside the communicator only. A rank that computes for an hour
 //   between two collectives is not timed out itself; its peers, waiting in the next collective,
 //   are, which is the intended reading: the job made no progress for the deadline.
@@ -35,19 +38,26 @@
 
 namespace zero::comm {
 
+/// One rank's slot of the progress board.
+struct RankProgress {
+  int64_t entered = 0;       // collectives entered
+  int64_t heartbeat_ns = 0;  // steady-clock time of its watchdog's last wake-up; 0: none yet
+};
+
 class CollectiveWatchdog {
  public:
-  /// Every rank's count of collectives entered, in rank order; empty when unknown.
-  using PeerProgress = std::function<std::vector<int64_t>()>;
-  /// Publishes this rank's count of collectives entered where peers can read it (called by
-  /// every Scope, on the collective's thread).
+  /// Every rank's progress, in rank order; empty when unknown.
+  using PeerProgress = std::function<std::vector<RankProgress>()>;
+  /// Publishes a value of this rank where peers can read it: the count of collectives entered
+  /// (by every Scope, on the collective's thread) or the heartbeat (by the watchdog thread).
   using Publish = std::function<void(int64_t)>;
   /// Ends the job; called once, from the watchdog thread, with the message already printed.
   using Abort = std::function<void()>;
 
   /// `backend` ("mpi") names the communicator in the message. timeout_seconds 0: no deadline.
   CollectiveWatchdog(std::string backend, int rank, int size, int64_t timeout_seconds,
-                     Publish publish, PeerProgress peer_progress, Abort abort);
+                     Publish publish_entered, Publish publish_heartbeat,
+                     PeerProgress peer_progress, Abort abort);
   ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -67,9 +77,14 @@ class CollectiveWatchdog {
   /// The count of collectives this rank has entered (what it publishes on the progress board).
   int64_t entered() const { return entered_.load(std::memory_order_relaxed); }
 
-  /// The message a timeout prints (for tests of its wording; does not abort).
+  /// The message a timeout prints at steady-clock time `now_ns` (for tests of its wording;
+  /// does not abort).
   std::string timeout_message(const char* op, int64_t bytes, int64_t sequence,
-                              double waited_seconds) const;
+                              double waited_seconds, int64_t now) const;
+
+  /// A peer whose heartbeat is older than this (and than 4 of the watchdog's wake-ups) is
+  /// reported silent: stopped or dead.
+  static constexpr int64_t kSilentAfterNs = 2'000'000'000;
 
  private:
   void watch();
@@ -78,7 +93,10 @@ class CollectiveWatchdog {
   int rank_;
   int size_;
   int64_t timeout_seconds_;
-  Publish publish_;
+  int64_t poll_ns() const;
+
+  Publish publish_entered_;
+  Publish publish_heartbeat_;
   PeerProgress peer_progress_;
   Abort abort_;
 

@@ -196,7 +196,8 @@ class MpiCommunicator final : public Communicator {
     watchdog_ = std::make_unique<CollectiveWatchdog>(
         backend_name(), rank_, size_, options.collective_timeout_seconds,
         [this](int64_t entered) { shared_->publish_entered(entered); },
-        [this] { return shared_->peers_entered(); },
+        [this](int64_t now_ns) { shared_->publish_heartbeat(now_ns); },
+        [this] { return shared_->peer_progress(); },
         [this] { MPI_Abort(comm_, kCollectiveTimeoutExitCode); });
     counts_.resize(static_cast<size_t>(size_));
     offsets_.resize(static_cast<size_t>(size_));

@@ -58,22 +58,32 @@ SharedSegments::~SharedSegments() {
 
 void SharedSegments::map_progress_board() {
   if (!enabled_ || progress_.local != nullptr) return;
-  // A cache line of its own per rank: the slot is written at every collective.
+  // A cache line of its own per rank (RankProgress), written at every collective.
+  static_assert(sizeof(RankProgress) <= 64);
   if (!create_and_map(-1, 64, progress_)) progress_ = Segment{};
 }
 
 void SharedSegments::publish_entered(int64_t count) {
   if (progress_.local == nullptr) return;
-  __atomic_store_n(reinterpret_cast<int64_t*>(progress_.local), count, __ATOMIC_RELAXED);
+  auto* slot = reinterpret_cast<RankProgress*>(progress_.local);
+  __atomic_store_n(&slot->entered, count, __ATOMIC_RELAXED);
 }
 
-std::vector<int64_t> SharedSegments::peers_entered() const {
-  std::vector<int64_t> counts;
-  if (progress_.local == nullptr) return counts;
-  for (std::byte* slot : progress_.peers) {
-    counts.push_back(__atomic_load_n(reinterpret_cast<const int64_t*>(slot), __ATOMIC_RELAXED));
+void SharedSegments::publish_heartbeat(int64_t now_ns) {
+  if (progress_.local == nullptr) return;
+  auto* slot = reinterpret_cast<RankProgress*>(progress_.local);
+  __atomic_store_n(&slot->heartbeat_ns, now_ns, __ATOMIC_RELAXED);
+}
+
+std::vector<RankProgress> SharedSegments::peer_progress() const {
+  std::vector<RankProgress> board;
+  if (progress_.local == nullptr) return board;
+  for (std::byte* peer : progress_.peers) {
+    const auto* slot = reinterpret_cast<const RankProgress*>(peer);
+    board.push_back({__atomic_load_n(&slot->entered, __ATOMIC_RELAXED),
+                     __atomic_load_n(&slot->heartbeat_ns, __ATOMIC_RELAXED)});
   }
-  return counts;
+  return board;
 }
 
 std::string SharedSegments::name(int rank, int64_t id) const {

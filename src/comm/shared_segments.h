@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective_watchdog.h"
+
 namespace zero::comm {
 
 class SharedSegments {
@@ -48,13 +50,14 @@ class SharedSegments {
   std::byte* allocate(int64_t bytes, std::function<void(void*)>* deleter);
 
   /// Collective. Maps the progress board of Note [Collective timeout]
-  /// (src/comm/collective_watchdog.h): one slot per rank for its count of collectives entered.
-  /// Does nothing when disabled; then peers_entered() is empty.
+  /// (src/comm/collective_watchdog.h): one RankProgress slot per rank. Does nothing when
+  /// disabled; then peer_progress() is empty.
   void map_progress_board();
-  /// Writes this rank's slot (a relaxed atomic store; no-op without a board).
+  /// Writes this rank's slot (relaxed atomic stores; no-ops without a board).
   void publish_entered(int64_t count);
+  void publish_heartbeat(int64_t now_ns);
   /// Every rank's slot, in rank order; empty without a board. Safe from any thread.
-  std::vector<int64_t> peers_entered() const;
+  std::vector<RankProgress> peer_progress() const;
 
   /// Where `input` lives, published for this call (step 1 of the Note) and the unanimous
   /// decision (step 2). Returns the peers' input base pointers in rank order, or an empty
