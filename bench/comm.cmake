@@ -3,8 +3,7 @@ add_executable(bench_collectives ${CMAKE_CURRENT_SOURCE_DIR}/bench_collectives.c
 target_compile_options(bench_collectives PRIVATE ${ZERO_WARNINGS})
 # OMPI_SKIP_MPICXX: see the top-level CMakeLists.txt. The baselines call MPI directly.
 target_compile_definitions(bench_collectives PRIVATE OMPI_SKIP_MPICXX=1)
-target_include_directories(bench_collectives PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(bench_collectives PRIVATE zero MPI::MPI_C)
+target_link_libraries(bench_collectives PRIVATE zero_internal MPI::MPI_C)  # src/comm internals
 add_executable(bench_shared_reduce_scatter ${CMAKE_CURRENT_LIST_DIR}/bench_shared_reduce_scatter.cpp)
 target_link_libraries(bench_shared_reduce_scatter PRIVATE zero)
 target_compile_options(bench_shared_reduce_scatter PRIVATE ${ZERO_WARNINGS})

@@ -20,7 +20,7 @@ zero_add_test(NAME test_checkpoint SOURCES test_checkpoint.cpp ${zero_harness_so
 find_program(ZERO_PYTHON3 NAMES python3)  # the one on PATH, where pip installs
 add_executable(safetensors_interop checkpoint/safetensors_interop.cpp)
 target_compile_options(safetensors_interop PRIVATE ${ZERO_WARNINGS})
-target_link_libraries(safetensors_interop PRIVATE zero)
+target_link_libraries(safetensors_interop PRIVATE ${zero_test_libs})
 if(ZERO_PYTHON3)
   add_test(NAME safetensors_python_interop
            COMMAND ${ZERO_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_python_interop.py
@@ -37,7 +37,7 @@ if(TARGET zero-ckpt)
   add_executable(make_test_checkpoint checkpoint/make_test_checkpoint.cpp ${zero_harness_sources})
   target_compile_options(make_test_checkpoint PRIVATE ${ZERO_WARNINGS})
   target_include_directories(make_test_checkpoint PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-  target_link_libraries(make_test_checkpoint PRIVATE zero ${zero_harness_libs})
+  target_link_libraries(make_test_checkpoint PRIVATE ${zero_test_libs} ${zero_harness_libs})
   add_test(NAME zero_ckpt_cli
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_zero_ckpt.sh $<TARGET_FILE:zero-ckpt>
                    ${PROJECT_BINARY_DIR}/bin/zero-run $<TARGET_FILE:make_test_checkpoint>
@@ -58,7 +58,7 @@ endif()
 add_executable(reshard_driver checkpoint/reshard_driver.cpp ${zero_harness_sources})
 target_compile_options(reshard_driver PRIVATE ${ZERO_WARNINGS})
 target_include_directories(reshard_driver PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(reshard_driver PRIVATE zero ${zero_harness_libs})
+target_link_libraries(reshard_driver PRIVATE ${zero_test_libs} ${zero_harness_libs})
 add_test(NAME checkpoint_reshard
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_reshard.sh
                  $<TARGET_FILE:reshard_driver> ${CMAKE_CURRENT_BINARY_DIR}/reshard ${ZERO_MPIRUN})

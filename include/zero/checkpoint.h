@@ -16,6 +16,8 @@
 // file and the problem.
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -26,7 +28,7 @@
 namespace zero {
 
 /// What metadata.json of one checkpoint records, plus the result of verification.
-struct CheckpointSummary {
+struct ZERO_API CheckpointSummary {
   struct Parameter {
     std::string name;            // the module's parameter name ("transformer.wte.weight")
     std::vector<int64_t> shape;
@@ -83,13 +85,13 @@ struct CheckpointSummary {
 /// The tag DIR/latest names (the newest complete checkpoint in DIR). Throws zero::Error naming
 /// the file when there is none, it is not a small regular file, or the tag it holds is not a
 /// valid tag.
-std::string latest_checkpoint_tag(const std::string& dir);
+ZERO_API std::string latest_checkpoint_tag(const std::string& dir);
 
 /// Reads DIR/TAG/metadata.json (tag "": the one DIR/latest names). With `verify`, also reads
 /// every rank file and compares its size and CRC-32 with the metadata (File::problem,
 /// problems). Throws zero::Error when there is no checkpoint, the metadata is missing or not
 /// JSON, or it is of an unknown format version; a bad rank file is reported, not thrown.
-CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& tag = "",
+ZERO_API CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& tag = "",
                                      bool verify = false);
 
 /// The whole trainable parameters, assembled from the "master/NAME/BEGIN" pieces (fp32) of
@@ -98,7 +100,7 @@ CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& 
 /// parameter order, each with its shape. Every file's size and CRC-32 is verified and the
 /// pieces must cover every element exactly once; otherwise zero::Error names the file or
 /// parameter and what is wrong. Holds the whole model in fp32 plus one rank file at a time.
-std::vector<std::pair<std::string, at::Tensor>> read_checkpoint_weights(
+ZERO_API std::vector<std::pair<std::string, at::Tensor>> read_checkpoint_weights(
     const std::string& dir, const std::string& tag = "", at::ScalarType dtype = at::kFloat);
 
 /// read_checkpoint_weights written as one safetensors file at `out` (atomically: `out.tmp`,
@@ -107,7 +109,7 @@ std::vector<std::pair<std::string, at::Tensor>> read_checkpoint_weights(
 /// transformer.wte.weight and, as in HF's files, not stored separately). Returns the bytes
 /// written. `out` may be in `dir` but not inside one of its checkpoints nor be DIR/latest
 /// (zero::Error: it could replace the files being read).
-int64_t export_checkpoint_weights(const std::string& dir, const std::string& tag,
+ZERO_API int64_t export_checkpoint_weights(const std::string& dir, const std::string& tag,
                                   const std::string& out, at::ScalarType dtype = at::kFloat);
 
 }  // namespace zero

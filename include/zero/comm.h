@@ -28,6 +28,8 @@
 // With one rank nothing moves and nothing is counted (calls still are).
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -40,12 +42,12 @@ namespace zero {
 enum class ReduceOp { kSum, kMax };
 
 /// Calls and bytes of one kind of collective. See Note [Counting communicated bytes].
-struct CollectiveCount {
+struct ZERO_API CollectiveCount {
   int64_t calls = 0;
   int64_t bytes = 0;
 };
 
-struct CommStats {
+struct ZERO_API CommStats {
   CollectiveCount all_reduce;
   CollectiveCount reduce_scatter;
   CollectiveCount all_gather;
@@ -62,7 +64,7 @@ struct CommStats {
 /// Failures throw zero::Error naming the op, the rank, the element counts and the dtype.
 /// Collectives may be called from one thread at a time (the engine's communication thread
 /// or the main thread, never both concurrently); stats() may be read from any thread.
-class Communicator {
+class ZERO_API Communicator {
  public:
   virtual ~Communicator() = default;
 
@@ -113,7 +115,7 @@ class Communicator {
 };
 
 /// Collective: every rank's `text`, in rank order, on every rank.
-std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text);
+ZERO_API std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text);
 
 // Note [Agreeing on a failure]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -129,10 +131,10 @@ std::vector<std::string> all_gather_texts(Communicator& comm, const std::string&
 /// succeeded. Returns when every rank succeeded; otherwise every rank throws CollectiveError
 /// naming the lowest failing rank R: on R its what() is R's own error, elsewhere "OPERATION
 /// failed on rank R: ERROR".
-void agree_on_failure(Communicator& comm, const std::string& operation, const std::string& error);
+ZERO_API void agree_on_failure(Communicator& comm, const std::string& operation, const std::string& error);
 
 /// The MPI backend for CPU tensors. Initializes MPI (MPI_THREAD_MULTIPLE) on first use if the
 /// program has not, and finalizes it at exit in that case. Uses MPI_COMM_WORLD.
-std::shared_ptr<Communicator> make_mpi_communicator();
+ZERO_API std::shared_ptr<Communicator> make_mpi_communicator();
 
 }  // namespace zero

@@ -6,6 +6,8 @@
 // "zero_optimization.stage"), the value received and what is allowed.
 #pragma once
 
+#include "zero/export.h"
+
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -40,7 +42,7 @@ enum class OptimizerType {
   kSGD,    // SGD with optional momentum / nesterov, torch semantics
 };
 
-struct OptimizerConfig {
+struct ZERO_API OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -57,7 +59,7 @@ struct OptimizerConfig {
 /// fp16 loss scaling, DeepSpeed semantics (runtime/fp16/loss_scaler.py). We use the documented
 /// defaults whether or not the dynamic keys are present (DeepSpeed's code switches to 2^32 /
 /// hysteresis 1 when none is given; see docs/config.md).
-struct LossScaleConfig {
+struct ZERO_API LossScaleConfig {
   bool dynamic = true;          // fp16.loss_scale == 0
   double static_scale = 1.0;    // fp16.loss_scale when > 0
   int initial_scale_power = 16; // initial dynamic scale = 2^power
@@ -67,7 +69,7 @@ struct LossScaleConfig {
   double min_loss_scale = 1.0;
 };
 
-struct ZeroOptimizationConfig {
+struct ZERO_API ZeroOptimizationConfig {
   int stage = 0;                            // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500000000;   // elements per gradient bucket
   int64_t allgather_bucket_size = 500000000;// elements per parameter all-gather call
@@ -95,7 +97,7 @@ enum class SchedulerType {
 /// scheduler.params.warmup_type: gamma = ln(t + 1) / ln(N) (log) or t / N (linear).
 enum class WarmupType { kLog, kLinear };
 
-struct SchedulerConfig {
+struct ZERO_API SchedulerConfig {
   SchedulerType type = SchedulerType::kWarmupLR;
   WarmupType warmup_type = WarmupType::kLog;
   /// As given (>= 1). The schedule uses max(2, warmup_num_steps), as DeepSpeed does.
@@ -117,13 +119,13 @@ struct SchedulerConfig {
 
 /// The `csv_monitor` section (DeepSpeed's deepspeed/monitor/config.py CSVConfig): when enabled,
 /// rank 0 appends training events to CSV files in <output_path>/<job_name>/.
-struct CsvMonitorConfig {
+struct ZERO_API CsvMonitorConfig {
   bool enabled = false;
   std::string output_path;                  // "" = relative to the working directory
   std::string job_name = "DeepSpeedJobName";
 };
 
-struct Config {
+struct ZERO_API Config {
   // The batch triple, solved against the world size (DeepSpeed's rules and errors).
   int64_t train_batch_size = 0;
   int64_t train_micro_batch_size_per_gpu = 0;
@@ -171,24 +173,24 @@ struct Config {
 
 /// Parses and validates DeepSpeed JSON text. `world_size` is the data-parallel world size the
 /// batch triple is solved against. `source` names the text in error messages.
-Config parse_config(const std::string& json_text, int world_size,
+ZERO_API Config parse_config(const std::string& json_text, int world_size,
                     const std::string& source = "<string>");
 
 /// The effective config as "key.path = value" lines sorted by key path, e.g.
 /// "zero_optimization.stage = 2": for logs, and for naming the key on which ranks disagree.
-std::vector<std::string> effective_config_lines(const Config& config);
+ZERO_API std::vector<std::string> effective_config_lines(const Config& config);
 
 /// Reads and parses a JSON file; a missing or unreadable file throws zero::Error naming it.
-Config load_config(const std::string& path, int world_size);
+ZERO_API Config load_config(const std::string& path, int world_size);
 
 /// "fp32", "bf16", "fp16" (the names DeepSpeed's communication_data_type uses); any other
 /// dtype by c10's name ("Double", ...).
-std::string dtype_name(c10::ScalarType dtype);
+ZERO_API std::string dtype_name(c10::ScalarType dtype);
 
 /// One line about the compute dtype on this CPU (Note [Compute dtype]), "" when there is
 /// nothing to say: what "auto" chose and why, or a warning that the configured 16-bit compute
 /// dtype is slow here, naming the measured slowdown and the key to change. zero::initialize
 /// prints it on rank 0. Measures the GEMM rates it needs (zero/gemm_rates.h).
-std::string compute_dtype_notice(const Config& config);
+ZERO_API std::string compute_dtype_notice(const Config& config);
 
 }  // namespace zero

@@ -24,6 +24,8 @@
 // are skipped), so the mean of the per-rank mean losses is the mean over all evaluated windows.
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -43,7 +45,7 @@ inline constexpr int64_t kTokenFileHeaderBytes = 256 * 4;
 /// An llm.c token file held in memory: a header of 256 little-endian int32 ([0] = 20240520
 /// magic, [1] = 1 version, [2] = number of tokens) followed by that many little-endian uint16
 /// token ids. Copies share the (immutable) tokens.
-class TokenFile {
+class ZERO_API TokenFile {
  public:
   /// Reads and validates `path`. Throws zero::Error naming the file if it is missing or
   /// unreadable, shorter than the header, has the wrong magic or version, a token count that
@@ -64,10 +66,10 @@ class TokenFile {
 };
 
 /// Number of non-overlapping (T + 1)-token windows in `tokens` tokens: (tokens - 1) / T.
-int64_t num_windows(int64_t tokens, int64_t seq_len);
+ZERO_API int64_t num_windows(int64_t tokens, int64_t seq_len);
 
 /// Training batches for one rank. See Note [Token windows and sample order].
-class DistributedSampler {
+class ZERO_API DistributedSampler {
  public:
   /// batch: micro-batch rows per rank; seq_len: T. Throws zero::Error for batch < 1,
   /// seq_len < 1, world < 1, rank outside [0, world), gradient_accumulation_steps < 1, or a
@@ -112,7 +114,7 @@ class DistributedSampler {
 };
 
 /// Sequential evaluation batches, split across ranks. See Note [Token windows and sample order].
-class EvalBatcher {
+class ZERO_API EvalBatcher {
  public:
   /// max_batches > 0 caps num_batches() (per rank); <= 0 means no cap. Throws zero::Error for
   /// bad batch/seq_len/rank/world, or when the file has too few windows to give every rank one

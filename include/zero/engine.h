@@ -16,6 +16,8 @@
 // and broadcast from rank 0. Do not call the module's own optimizer or zero_grad afterwards.
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -32,7 +34,7 @@ class Module;
 namespace zero {
 
 /// Model-state bytes held by this rank, by category (the ZeRO paper's accounting).
-struct ModelStateBytes {
+struct ZERO_API ModelStateBytes {
   int64_t params = 0;           // trainable parameters, param dtype: full (stages 0-2) or the
                                 // owned shard plus the persistent ones (stage 3)
   int64_t grads = 0;            // gradients: full buffer (stages 0, 1) or owned shard (2, 3)
@@ -44,7 +46,7 @@ struct ModelStateBytes {
   int64_t gathered_peak = 0;
 };
 
-class Engine {
+class ZERO_API Engine {
  public:
   virtual ~Engine() = default;
 
@@ -112,7 +114,7 @@ class Engine {
 
 /// Builds the engine. Collective: every rank must call it with the same model structure and
 /// config; a mismatch fails on every rank naming the rank and the first difference.
-std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
+ZERO_API std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    std::shared_ptr<Communicator> communicator);
 
 }  // namespace zero

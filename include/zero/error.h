@@ -10,6 +10,8 @@
 // Both take a message (at least one argument). Neither macro is compiled out: both guard against silent corruption of training state.
 #pragma once
 
+#include "zero/export.h"
+
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -17,14 +19,14 @@
 namespace zero {
 
 /// A user-facing error: configuration, inputs, or ranks that disagree.
-class Error : public std::runtime_error {
+class ZERO_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
 /// A broken internal invariant (a bug in zero). Derives from Error so callers that catch
 /// zero::Error at a process boundary still report it cleanly.
-class InternalError : public Error {
+class ZERO_API InternalError : public Error {
  public:
   explicit InternalError(const std::string& message) : Error(message) {}
 };
@@ -35,7 +37,7 @@ class InternalError : public Error {
 /// the job. origin_rank() is the lowest rank where it failed, the same on every rank, so the
 /// message can be printed once; on that rank what() is the failure itself, on the others
 /// "OPERATION failed on rank R: ..." .
-class CollectiveError : public Error {
+class ZERO_API CollectiveError : public Error {
  public:
   CollectiveError(const std::string& message, int origin_rank)
       : Error(message), origin_rank_(origin_rank) {}
@@ -52,7 +54,7 @@ std::string concat(const Args&... args) {
   (out << ... << args);
   return out.str();
 }
-[[noreturn]] void throw_internal(const char* file, int line, const char* condition,
+[[noreturn]] ZERO_API void throw_internal(const char* file, int line, const char* condition,
                                  const std::string& message);
 }  // namespace detail
 

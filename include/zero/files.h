@@ -3,6 +3,8 @@
 // config.json and loss.svg, an export's config.json).
 #pragma once
 
+#include "zero/export.h"
+
 #include <string>
 
 namespace zero {
@@ -12,6 +14,6 @@ namespace zero {
 /// or the new one, never a truncated one. The directory must exist. Throws zero::Error naming
 /// the file and the system's reason (e.g. "No space left on device"); a failed write removes
 /// PATH.tmp.
-void write_file_atomically(const std::string& path, const std::string& text);
+ZERO_API void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace zero

@@ -10,6 +10,8 @@
 // must create and end the guard with the same parameters, in the same order.
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <vector>
@@ -18,7 +20,7 @@
 
 namespace zero {
 
-class GatheredParameters {
+class ZERO_API GatheredParameters {
  public:
   /// Gathers `params` (trainable parameters of the engine's model). With modifier_rank >= 0,
   /// that rank's values are written back to every rank when the guard ends.

@@ -14,6 +14,8 @@
 // "fp32=80,bf16=8": tests use it to act as a CPU of the other kind.
 #pragma once
 
+#include "zero/export.h"
+
 #include <c10/core/ScalarType.h>
 
 #include <string>
@@ -26,7 +28,7 @@ namespace zero {
 /// BF16 / AMX: faster), so ranks measuring with some noise still agree.
 constexpr double kSlowGemmFactor = 2.0;
 
-class GemmRates {
+class ZERO_API GemmRates {
  public:
   /// GFLOP/s of one `linear` (256 x 256 by 256 x 256) in `dtype` (fp32, bf16 or fp16) on the
   /// current libtorch thread count; measured on first use of each dtype and kept.
@@ -53,6 +55,6 @@ class GemmRates {
 };
 
 /// This process's rates (thread-safe; each dtype is measured on first use).
-const GemmRates& measured_gemm_rates();
+ZERO_API const GemmRates& measured_gemm_rates();
 
 }  // namespace zero

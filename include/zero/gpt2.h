@@ -11,6 +11,8 @@
 // HF's Conv1D stores weights as [in, out] (the transpose of nn::Linear); we keep that layout.
 #pragma once
 
+#include "zero/export.h"
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
@@ -23,7 +25,7 @@
 
 namespace zero::gpt2 {
 
-struct GPT2Config {
+struct ZERO_API GPT2Config {
   int64_t vocab_size = 50257;
   int64_t n_positions = 1024;  // context length
   int64_t n_embd = 768;
@@ -47,7 +49,7 @@ struct GPT2Config {
 };
 
 /// HF's Conv1D: y = x @ weight + bias with weight [in, out].
-class Conv1DImpl : public torch::nn::Module {
+class ZERO_API Conv1DImpl : public torch::nn::Module {
  public:
   Conv1DImpl(int64_t in_features, int64_t out_features);
   at::Tensor forward(const at::Tensor& x);
@@ -56,7 +58,7 @@ class Conv1DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Conv1D);
 
-class AttentionImpl : public torch::nn::Module {
+class ZERO_API AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const GPT2Config& config);
   at::Tensor forward(const at::Tensor& x);  // causal self-attention, x [B, T, C]
@@ -69,7 +71,7 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-class MLPImpl : public torch::nn::Module {
+class ZERO_API MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const GPT2Config& config);
   at::Tensor forward(const at::Tensor& x);  // c_proj(gelu_tanh(c_fc(x)))
@@ -81,7 +83,7 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
-class BlockImpl : public torch::nn::Module {
+class ZERO_API BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GPT2Config& config);
   at::Tensor forward(const at::Tensor& x);  // x + attn(ln_1(x)), then + mlp(ln_2(.))
@@ -93,7 +95,7 @@ class BlockImpl : public torch::nn::Module {
 TORCH_MODULE(Block);
 
 /// The transformer body (HF's GPT2Model).
-class GPT2ModelImpl : public torch::nn::Module {
+class ZERO_API GPT2ModelImpl : public torch::nn::Module {
  public:
   explicit GPT2ModelImpl(const GPT2Config& config);
   at::Tensor forward(const at::Tensor& idx);  // idx [B, T] int64 -> hidden [B, T, C]
@@ -109,7 +111,7 @@ TORCH_MODULE(GPT2Model);
 
 /// GPT-2 with its language-model head (HF's GPT2LMHeadModel), GPT-2 initialisation:
 /// weights N(0, 0.02), c_proj weights N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1/0.
-class GPT2Impl : public torch::nn::Module {
+class ZERO_API GPT2Impl : public torch::nn::Module {
  public:
   explicit GPT2Impl(const GPT2Config& config);
   /// idx [B, T] int64 token ids (T <= n_positions, ids < vocab_size) -> logits [B, T, vocab].

@@ -1,6 +1,8 @@
 // Exporting the trained weights as one safetensors file (DeepSpeed's save_16bit_model).
 #pragma once
 
+#include "zero/export.h"
+
 #include <string>
 
 #include "zero/engine.h"
@@ -27,7 +29,7 @@ namespace zero {
 ///
 /// An I/O error on `root` is thrown on `root` only, after the collective gathers completed,
 /// so the other ranks return normally and never wait on it.
-void save_16bit_model(Engine& engine, const torch::nn::Module& model, const std::string& path,
+ZERO_API void save_16bit_model(Engine& engine, const torch::nn::Module& model, const std::string& path,
                       int root = 0);
 
 }  // namespace zero

@@ -11,6 +11,8 @@
 // are torch's float8_e5m2 and float8_e4m3fn).
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -23,7 +25,7 @@
 namespace zero {
 
 /// One tensor of a file, declared before any data is written.
-struct SafetensorsEntry {
+struct ZERO_API SafetensorsEntry {
   std::string name;
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> shape;  // {} for a 0-d tensor
@@ -36,7 +38,7 @@ struct SafetensorsEntry {
 ///
 /// The file appears at `path` only on finish(): until then the bytes go to `path + ".tmp"`,
 /// which the destructor removes when finish() was never reached. Not thread-safe.
-class SafetensorsWriter {
+class ZERO_API SafetensorsWriter {
  public:
   /// Validates the entries (unique non-empty names, none "__metadata__", known dtypes,
   /// non-negative dims), creates `path + ".tmp"` (truncating it) and writes the header.
@@ -66,11 +68,11 @@ class SafetensorsWriter {
 };
 
 /// Convenience: the whole file in one call, tensors in the given order.
-void write_safetensors(const std::string& path,
+ZERO_API void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-struct SafetensorsFile {
+struct ZERO_API SafetensorsFile {
   std::map<std::string, at::Tensor> tensors;  // contiguous CPU tensors, owned
   std::map<std::string, std::string> metadata;  // "__metadata__"; empty when absent
 };
@@ -79,10 +81,10 @@ struct SafetensorsFile {
 /// known dtypes, offsets within the buffer, shape × item size equal to the byte length, and
 /// tensors covering the buffer without overlaps or gaps. Any violation throws zero::Error
 /// naming the file, the tensor and what is wrong.
-SafetensorsFile read_safetensors(const std::string& path);
+ZERO_API SafetensorsFile read_safetensors(const std::string& path);
 
 /// The format's name for a dtype ("F32", "BF16", ...); throws zero::Error for a dtype the
 /// format cannot hold.
-std::string safetensors_dtype_name(at::ScalarType dtype);
+ZERO_API std::string safetensors_dtype_name(at::ScalarType dtype);
 
 }  // namespace zero

@@ -45,6 +45,8 @@
 // (the first total_num_steps + 1 updates).
 #pragma once
 
+#include "zero/export.h"
+
 #include <cstdint>
 #include <memory>
 
@@ -52,7 +54,7 @@
 
 namespace zero {
 
-class LRScheduler {
+class ZERO_API LRScheduler {
  public:
   /// `base_lr` is the optimizer's configured learning rate (optimizer.params.lr); only
   /// WarmupCosineLR uses it (WarmupLR / WarmupDecayLR set absolute learning rates).
@@ -81,6 +83,6 @@ class LRScheduler {
 
 /// The configured schedule with the optimizer's lr as base; nullptr when config.scheduler is
 /// unset (the LR stays optimizer.params.lr).
-std::unique_ptr<LRScheduler> make_scheduler(const Config& config);
+ZERO_API std::unique_ptr<LRScheduler> make_scheduler(const Config& config);
 
 }  // namespace zero

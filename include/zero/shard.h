@@ -10,13 +10,15 @@
 // arithmetic in zero (bucket-to-owner splits, checkpoint ranges) is derived from shard_layout().
 #pragma once
 
+#include "zero/export.h"
+
 #include <cstdint>
 #include <vector>
 
 namespace zero {
 
 /// A half-open element range [begin, end).
-struct Range {
+struct ZERO_API Range {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t size() const { return end - begin; }
@@ -26,9 +28,9 @@ struct Range {
 
 /// Intersection of two ranges (empty ranges collapse to {a.begin, a.begin} or similar; only
 /// size() and empty() are meaningful for an empty result).
-Range intersect(Range a, Range b);
+ZERO_API Range intersect(Range a, Range b);
 
-struct ShardLayout {
+struct ZERO_API ShardLayout {
   int64_t numel = 0;         // real elements
   int world = 1;
   int64_t alignment = 1;     // elements
@@ -46,6 +48,6 @@ struct ShardLayout {
 
 /// The one pure function all shard arithmetic derives from. See Note [Shard layout].
 /// Requires numel >= 0, world >= 1, alignment >= 1 (zero::Error otherwise).
-ShardLayout shard_layout(int64_t numel, int world, int64_t alignment);
+ZERO_API ShardLayout shard_layout(int64_t numel, int world, int64_t alignment);
 
 }  // namespace zero

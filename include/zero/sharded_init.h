@@ -23,6 +23,8 @@
 // the peak is then the model as built plus one unit.
 #pragma once
 
+#include "zero/export.h"
+
 #include <memory>
 
 #include "zero/comm.h"
@@ -30,7 +32,7 @@
 
 namespace zero {
 
-class ShardedInit {
+class ZERO_API ShardedInit {
  public:
   /// `config` must be a stage-3 config for `comm`'s world size (zero::Error otherwise).
   ShardedInit(const Config& config, std::shared_ptr<Communicator> comm);

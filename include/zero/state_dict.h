@@ -1,6 +1,8 @@
 // The whole model's weights from a partitioned engine, one unit at a time.
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <functional>
@@ -16,12 +18,12 @@ namespace zero {
 /// ones once, in partition order) with its whole value in the parameter dtype, copied to the
 /// CPU. At stage 3 one unit is gathered at a time, so memory stays bounded by one unit plus
 /// what `visit` keeps. Other ranks take part in the gathers but are not called.
-void visit_full_parameters(Engine& engine,
+ZERO_API void visit_full_parameters(Engine& engine,
                            const std::function<void(const std::string&, const at::Tensor&)>& visit,
                            int root = 0);
 
 /// Collective. The whole trainable parameters on rank `root` (param dtype, CPU), in partition
 /// order; empty on other ranks. This holds the entire model on `root`.
-std::vector<std::pair<std::string, at::Tensor>> full_state_dict(Engine& engine, int root = 0);
+ZERO_API std::vector<std::pair<std::string, at::Tensor>> full_state_dict(Engine& engine, int root = 0);
 
 }  // namespace zero

@@ -8,13 +8,15 @@
 // once its tokens are concatenated; invalid UTF-8 in the result is passed through as bytes.
 #pragma once
 
+#include "zero/export.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace zero {
 
-class GPT2Decoder {
+class ZERO_API GPT2Decoder {
  public:
   /// Loads encoder.json. Throws zero::Error naming the file for a missing or unreadable file,
   /// malformed JSON, a top level that is not an object, an id that is not an integer, a
@@ -42,6 +44,6 @@ class GPT2Decoder {
 
 /// GPT-2's bytes_to_unicode(): the code point standing for byte b in encoder.json strings.
 /// Index 0..255.
-const std::vector<uint32_t>& gpt2_byte_to_unicode();
+ZERO_API const std::vector<uint32_t>& gpt2_byte_to_unicode();
 
 }  // namespace zero

@@ -23,6 +23,8 @@
 //     each gather is a collective. A unit skipped on every rank in some step is fine.
 #pragma once
 
+#include "zero/export.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <memory>
@@ -39,10 +41,10 @@ namespace zero {
 /// Declares `module` a stage-3 unit. Call it before zero::initialize, typically in the
 /// model's constructor. `module` must be owned by a std::shared_ptr (every ModuleHolder is).
 /// Idempotent; has no effect at stages 0-2.
-void declare_unit(torch::nn::Module& module);
+ZERO_API void declare_unit(torch::nn::Module& module);
 
 /// Whether `module` has been declared a unit.
-bool is_declared_unit(const torch::nn::Module& module);
+ZERO_API bool is_declared_unit(const torch::nn::Module& module);
 
 namespace detail {
 
@@ -50,7 +52,7 @@ struct UnitBinding;
 
 // One call of a unit: gathers in the constructor, releases in finish() (or the destructor when
 // the body threw). Inactive (a no-op) unless a stage-3 engine partitions the unit.
-class UnitCall {
+class ZERO_API UnitCall {
  public:
   explicit UnitCall(const torch::nn::Module& unit);
   ~UnitCall();

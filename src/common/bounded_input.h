@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "zero/export.h"
+
 namespace zero {
 
 // Note [Bounded input]
@@ -43,17 +45,17 @@ enum class SymbolicLinks { kFollow, kRefuse };
 /// file's role in messages ("config file", "checkpoint metadata"). Throws zero::Error when the
 /// path does not exist, is not a regular file (naming what it is), is a symbolic link and
 /// `links` is kRefuse, is larger than the cap, or cannot be read.
-std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes,
+ZERO_INTERNAL_API std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes,
                               SymbolicLinks links = SymbolicLinks::kFollow);
 
 /// Throws zero::Error "`source`: JSON nested deeper than ..." when a container starts at
 /// `depth`, nlohmann's parser-callback depth at object_start and array_start (the number of
 /// containers around the one that starts: 0 for the outermost), kMaxJsonDepth or deeper.
 /// Call it from a parser callback on those two events.
-void check_json_depth(int depth, const std::string& source);
+ZERO_INTERNAL_API void check_json_depth(int depth, const std::string& source);
 
 /// `text` parsed as JSON with nesting bounded by kMaxJsonDepth; any failure (syntax, depth, a
 /// number beyond double's range) is a zero::Error "`source`: invalid JSON: ...".
-nlohmann::json parse_bounded_json(const std::string& text, const std::string& source);
+ZERO_INTERNAL_API nlohmann::json parse_bounded_json(const std::string& text, const std::string& source);
 
 }  // namespace zero

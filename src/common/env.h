@@ -6,26 +6,28 @@
 #include <map>
 #include <string>
 
+#include "zero/export.h"
+
 namespace zero::env {
 
 /// ZERO_RING_SEGMENT_BYTES: largest message of the MPI ring collectives (default 256 KiB: the
 /// fastest ring reduce-scatter for 1-64 MiB buffers on the 2-core benchmark machine, where a
 /// received segment stays in L2 for the add; see docs/benchmarks.md, "Collectives").
-int64_t ring_segment_bytes();
+ZERO_INTERNAL_API int64_t ring_segment_bytes();
 
 /// ZERO_COLLECTIVE_TIMEOUT_S: seconds a rank may wait inside one collective before the job is
 /// ended (Note [Collective timeout], src/comm/collective_watchdog.h). Default 600; 0 turns the
 /// deadline off.
-int64_t collective_timeout_seconds();
+ZERO_INTERNAL_API int64_t collective_timeout_seconds();
 
 enum class ProgressStyle { kAuto, kBar, kLines };
 
 /// ZERO_PROGRESS: "bar" | "lines" | unset (auto). Set by zero-run; see zero/console.h.
-ProgressStyle progress_style();
+ZERO_INTERNAL_API ProgressStyle progress_style();
 
 /// ZERO_GEMM_RATES: GEMM rates in GFLOP/s that replace measurements (zero/gemm_rates.h), as
 /// "DTYPE=RATE" pairs separated by commas, DTYPE one of fp32, bf16, fp16, RATE > 0; e.g.
 /// "fp32=80,bf16=8" acts as a CPU without fast bf16 GEMMs. Unset: measure everything.
-const std::map<std::string, double>& gemm_rates_override();
+ZERO_INTERNAL_API const std::map<std::string, double>& gemm_rates_override();
 
 }  // namespace zero::env
