@@ -31,6 +31,7 @@
 #include "comm/reduce_kernels.h"
 #include "common/env.h"
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 
 namespace {
 
@@ -143,14 +144,14 @@ void main_table(zero::Communicator& comm, bool fresh) {
 
     std::vector<Op> ops;
     ops.emplace_back(Op{"zero RS in place",
-                        [&] { comm.reduce_scatter(rs_ip, rs_ip_own, zero::ReduceOp::kSum); },
+                        [&] { comm.reduce_scatter(rs_ip, rs_ip_own, zero::ReduceOp::kSum)->wait(); },
                         rewrite(rs_ip, 1e-3)});
     ops.emplace_back(Op{"zero RS",
-                        [&] { comm.reduce_scatter(rs_in, rs_out, zero::ReduceOp::kSum); },
+                        [&] { comm.reduce_scatter(rs_in, rs_out, zero::ReduceOp::kSum)->wait(); },
                         rewrite(rs_in, 1e-3)});
     ops.emplace_back(
-        Op{"zero AG", [&] { comm.all_gather(ag_own, ag); }, rewrite(ag_own, 1.0)});
-    ops.emplace_back(Op{"zero AR", [&] { comm.all_reduce(ar, zero::ReduceOp::kSum); },
+        Op{"zero AG", [&] { comm.all_gather(ag_own, ag)->wait(); }, rewrite(ag_own, 1.0)});
+    ops.emplace_back(Op{"zero AR", [&] { comm.all_reduce(ar, zero::ReduceOp::kSum)->wait(); },
                         rewrite(ar, 1e-3)});
     const bool fp32 = c.dtype == c10::kFloat;
     if (fp32) {
@@ -226,10 +227,10 @@ void sweep() {
       std::vector<Op> ops;
       for (auto& comm : comms) {
         auto* c = comm.get();
-        ops.emplace_back(Op{"rs", [&, c] { c->reduce_scatter(in, out, zero::ReduceOp::kSum); }});
-        ops.emplace_back(Op{"ag", [&, c] { c->all_gather(own, gathered); }});
+        ops.emplace_back(Op{"rs", [&, c] { c->reduce_scatter(in, out, zero::ReduceOp::kSum)->wait(); }});
+        ops.emplace_back(Op{"ag", [&, c] { c->all_gather(own, gathered)->wait(); }});
       }
-      ops.emplace_back(Op{"agv", [&] { allgatherv->all_gather(own, gathered); }});
+      ops.emplace_back(Op{"agv", [&] { allgatherv->all_gather(own, gathered)->wait(); }});
       measure(ops, 2, iterations_for(bytes));
       for (size_t i = 0; i < segments.size(); ++i) {
         rs[i].push_back(median(ops[2 * i].samples));

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/gpt2.h"
@@ -146,12 +147,12 @@ int main(int argc, char** argv) {
     at::Tensor x = tokens.narrow(1, 0, o.seq).contiguous();
     at::Tensor y = tokens.narrow(1, 1, o.seq).contiguous();
     for (auto& v : variants) {
-      comm->barrier();
+      comm->barrier()->wait();
       const auto start = std::chrono::steady_clock::now();
       at::Tensor loss = v.model->loss(v.model->forward(x), y);
       v.engine->backward(loss);
       v.engine->step();
-      comm->barrier();
+      comm->barrier()->wait();
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 #include "zero/config.h"
 #include "zero/data.h"
 #include "zero/engine.h"
@@ -165,21 +166,21 @@ int run(const Options& o) {
   std::vector<double> losses, step_ms;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     auto [x, y] = rows.batch(step);
-    comm->barrier();
+    comm->barrier()->wait();
     const auto start = std::chrono::steady_clock::now();
     at::Tensor loss = o.fused_head ? model->forward_loss(x, y) : model->loss(model->forward(x), y);
     engine->backward(loss);
     engine->step();
-    comm->barrier();
+    comm->barrier()->wait();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     at::Tensor mean = at::full({1}, loss.item<double>() / world, at::kDouble);
-    comm->all_reduce(mean, zero::ReduceOp::kSum);
+    comm->all_reduce(mean, zero::ReduceOp::kSum)->wait();
     losses.push_back(mean.item<double>());
     if (step >= o.warmup) step_ms.push_back(ms);
   }
   at::Tensor rss = at::zeros({world}, at::kDouble);
-  comm->all_gather(at::full({1}, static_cast<double>(peak_rss_bytes()), at::kDouble), rss);
+  comm->all_gather(at::full({1}, static_cast<double>(peak_rss_bytes()), at::kDouble), rss)->wait();
   if (rank == 0) {
     std::vector<double> rss_per_rank(world);
     for (int r = 0; r < world; ++r) rss_per_rank[r] = rss[r].item<double>();
@@ -209,7 +210,7 @@ int run(const Options& o) {
                 o.fused_head ? "" : " (plain head)", o.dtype.c_str(), median(step_ms),
                 losses.front(), losses.back());
   }
-  comm->barrier();
+  comm->barrier()->wait();
   return 0;
 }
 

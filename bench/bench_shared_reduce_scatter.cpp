@@ -7,6 +7,7 @@
 // Each sample: every rank rewrites its buffers (as backward or the optimizer would), barrier,
 // the op, barrier. Median of 20 samples after 5 warm-up ones. Prints a markdown table.
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 #include <ATen/ATen.h>
 #include <chrono>
 #include <cstdio>
@@ -27,10 +28,10 @@ int main() {
     auto own = [&](const at::Tensor& t) { return t.narrow(0, comm->rank() * (numel / n), numel / n); };
     std::vector<double> rs_s, rs_p, ag;
     for (int it = 0; it < 25; ++it) {
-      auto time = [&](auto&& f) { shared.add_(1e-7); plain.add_(1e-7); gathered.add_(1e-7); comm->barrier(); auto t0 = std::chrono::steady_clock::now(); f(); comm->barrier(); return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
-      const double a = time([&] { comm->reduce_scatter(shared, own(shared), zero::ReduceOp::kSum); });
-      const double b = time([&] { comm->reduce_scatter(plain, own(plain), zero::ReduceOp::kSum); });
-      const double c = time([&] { comm->all_gather(own(gathered), gathered); });
+      auto time = [&](auto&& f) { shared.add_(1e-7); plain.add_(1e-7); gathered.add_(1e-7); comm->barrier()->wait(); auto t0 = std::chrono::steady_clock::now(); f(); comm->barrier()->wait(); return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+      const double a = time([&] { comm->reduce_scatter(shared, own(shared), zero::ReduceOp::kSum)->wait(); });
+      const double b = time([&] { comm->reduce_scatter(plain, own(plain), zero::ReduceOp::kSum)->wait(); });
+      const double c = time([&] { comm->all_gather(own(gathered), gathered)->wait(); });
       if (it >= 5) { rs_s.push_back(a); rs_p.push_back(b); ag.push_back(c); }
     }
     auto med = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };

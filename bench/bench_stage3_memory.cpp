@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/gpt2.h"
@@ -61,7 +62,7 @@ Options parse(int argc, char** argv) {
 // The largest value over ranks.
 double max_over_ranks(zero::Communicator& comm, double value) {
   at::Tensor t = at::full({1}, value, at::kDouble);
-  comm.all_reduce(t, zero::ReduceOp::kMax);
+  comm.all_reduce(t, zero::ReduceOp::kMax)->wait();
   return t.item<double>();
 }
 

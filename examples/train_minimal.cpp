@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/error.h"

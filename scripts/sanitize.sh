@@ -6,16 +6,16 @@
 #    program, so the run fails) and libFuzzer. Runs:
 #    - the unit tests of what reads input or moves data: config, bounded input, safetensors,
 #      checkpoints (every damaged-checkpoint case), shard arithmetic, the communicator and its
-#      queue (the multi-rank ones at 2 ranks);
+#      work handles (the multi-rank ones at 2 ranks);
 #    - a short 2-rank zero-train run at stages 2 (overlap_comm) and 3 that saves, resumes and
 #      is read back by zero-ckpt inspect --verify and export;
 #    - the fuzz targets of tests/fuzz/ (config parser, checkpoint metadata, safetensors reader),
 #      ZERO_FUZZ_SECONDS each (default 15), from seeds made here: configs/*.json, the
 #      metadata.json that run saved, small safetensors files. The corpus grows in
 #      build-asan/fuzz/ from one run to the next; a crash leaves its input there.
-# 2. build-tsan/: ThreadSanitizer over the communicator and the threads around it (the
-#    overlap_comm queue, the collective watchdog, stats read from another thread):
-#    test_comm_queue at 1 and 2 ranks and test_comm's threaded tests.
+# 2. build-tsan/: ThreadSanitizer over the communicator and the threads around it (its
+#    progress thread, which overlap_comm's work runs on, the collective watchdog, stats read
+#    from another thread): test_comm_work at 1 and 2 ranks and test_comm's threaded tests.
 #
 # ZERO_SANITIZERS=0 makes scripts/test.sh skip this script (for a quick local run only: CI
 # runs it).
@@ -69,13 +69,13 @@ leak:libhwloc.so
 leak:libevent
 leak:libpmix
 SUPP
-asan_tests=(test_config test_bounded_input test_safetensors test_shard test_comm test_comm_queue
+asan_tests=(test_config test_bounded_input test_safetensors test_shard test_comm test_comm_work
             test_checkpoint)
 fuzzers=(fuzz_config fuzz_safetensors fuzz_checkpoint_metadata)
 cmake --build "$ASAN_DIR" -j "$(nproc)" --target zero-train zero-ckpt "${asan_tests[@]}" "${fuzzers[@]}"
 # Single-process tests as they are; the multi-rank ones at 2 ranks.
 (cd "$ASAN_DIR" && ctest --output-on-failure --timeout 900 \
-   -R "^(test_config|test_bounded_input|test_safetensors|test_shard|test_comm_np2|test_comm_queue_np2|test_checkpoint_np2)$")
+   -R "^(test_config|test_bounded_input|test_safetensors|test_shard|test_comm_np2|test_comm_work_np2|test_checkpoint_np2)$")
 
 echo "== sanitize: 2-rank training, checkpoint, resume and zero-ckpt under ASan + UBSan"
 work="$ASAN_DIR/train"
@@ -143,7 +143,7 @@ for f in "${fuzzers[@]}"; do
 done
 
 echo "== sanitize: ThreadSanitizer build of the communicator and its threads ($TSAN_DIR)"
-configure "$TSAN_DIR" -DZERO_SANITIZE=thread -DZERO_SOURCE_FILTER='src/(common|comm)/|src/engine/comm_queue' \
+configure "$TSAN_DIR" -DZERO_SANITIZE=thread -DZERO_SOURCE_FILTER='src/(common|comm)/' \
   -DZERO_TEST_FILTER='/comm\.cmake$'
 # Open MPI's own locking (inside MPI_Init and its progress thread) is not ours to fix.
 cat >"$tsan_suppressions" <<'SUPP'
@@ -153,8 +153,8 @@ race:libopen-pal.so
 race:libmpi.so
 race:mca_
 SUPP
-cmake --build "$TSAN_DIR" -j "$(nproc)" --target test_comm test_comm_queue
-(cd "$TSAN_DIR" && ctest --output-on-failure --timeout 600 -R '^test_comm_queue(_np2)?$')
+cmake --build "$TSAN_DIR" -j "$(nproc)" --target test_comm test_comm_work
+(cd "$TSAN_DIR" && ctest --output-on-failure --timeout 600 -R '^test_comm_work(_np2)?$')
 threaded='CollectiveWatchdog.*:Comm.StatsCanBeReadFromAnotherThread:Comm.Basics'
 "$TSAN_DIR/tests/test_comm" --gtest_filter="$threaded"
 mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS -x TSAN_OPTIONS -np 2 \

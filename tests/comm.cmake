@@ -3,5 +3,5 @@ zero_add_test(NAME test_comm SOURCES test_comm.cpp INTERNAL RANKS 1 2 3 4 TIMEOU
 # White-box parts (segmented ring, ring all-gather, the reduction kernels) use src/comm's
 # internals (INTERNAL: the static library).
 zero_add_test(NAME test_comm_shared SOURCES test_comm_shared.cpp RANKS 1 2 3 4 TIMEOUT 300)
-# The communication thread of overlap_comm (src/engine/comm_queue.h).
-zero_add_test(NAME test_comm_queue SOURCES test_comm_queue.cpp INTERNAL RANKS 1 2 TIMEOUT 120)
+# Work handles and in_order tasks (zero/comm.h): what overlap_comm is built on.
+zero_add_test(NAME test_comm_work SOURCES test_comm_work.cpp RANKS 1 2 3 4 TIMEOUT 120)

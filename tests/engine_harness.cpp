@@ -145,7 +145,7 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
       engine.step();
     }
     at::Tensor total = at::full({1}, loss_sum, at::kDouble);
-    comm->all_reduce(total, ReduceOp::kSum);
+    comm->all_reduce(total, ReduceOp::kSum)->wait();
     result.losses.push_back(total.item<double>() / (world * gas));
     result.norms.push_back(engine.global_grad_norm());
   }

@@ -75,7 +75,7 @@ std::vector<double> train(Trainer& t, const ModelSpec& spec, const RunOptions& o
       t.engine->step();
     }
     at::Tensor total = at::full({1}, sum, at::kDouble);
-    comm->all_reduce(total, ReduceOp::kSum);
+    comm->all_reduce(total, ReduceOp::kSum)->wait();
     losses.push_back(total.item<double>() / (world_size * gas));
   }
   return losses;
@@ -174,7 +174,7 @@ TEST(Checkpoint, LatestNamesTheNewestCompleteCheckpoint) {
     EXPECT_EQ(tag, "global_step2");
     fs::create_directories(fs::path(dir) / ".tmp-global_step3");  // an interrupted save
   }
-  comm->barrier();
+  comm->barrier()->wait();
   Trainer other = make_trainer(spec, options);
   other.engine->load_checkpoint(dir);
   EXPECT_EQ(other.engine->global_steps(), 2);
@@ -198,7 +198,7 @@ TEST(Checkpoint, DestinationIsCheckedBeforeTraining) {
   EXPECT_TRUE(fs::is_directory(fresh));
   EXPECT_TRUE(fs::is_empty(fresh)) << "the write test left a file in " << fresh;
   if (comm->rank() == 0) std::ofstream(fs::path(dir) / "a-file") << "not a directory\n";
-  comm->barrier();
+  comm->barrier()->wait();
   const std::string under_file = (fs::path(dir) / "a-file" / "checkpoints").string();
   try {
     t.engine->check_checkpoint_destination(under_file);
@@ -407,7 +407,7 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
     SCOPED_TRACE(c.tag);
     copy_to(c.tag);
     if (comm->rank() == 0) c.damage(fs::path(dir) / c.tag);
-    comm->barrier();
+    comm->barrier()->wait();
     try {
       target.engine->load_checkpoint(dir, c.tag);
       ADD_FAILURE() << "loaded a damaged checkpoint";
@@ -444,7 +444,7 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
     std::ofstream(fs::path(linked) / "outside") << "secret-content\n";
     fs::create_symlink(fs::path(linked) / "outside", fs::path(linked) / "latest");
   }
-  comm->barrier();
+  comm->barrier()->wait();
   try {
     target.engine->load_checkpoint(linked);
     ADD_FAILURE() << "followed a symbolic link named latest";

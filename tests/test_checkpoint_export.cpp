@@ -130,7 +130,7 @@ TEST(CheckpointExport, WeightsAreTheEngineParametersBitwise) {
                   at::IntArrayRef({32, 96}));
         EXPECT_EQ(file.tensors.count("lm_head.weight"), 0u);
       }();
-      comm->barrier();
+      comm->barrier()->wait();
     }
   }
 }
@@ -200,7 +200,7 @@ TEST(CheckpointExport, InspectReportsWhatWasSaved) {
     }
     EXPECT_FALSE(inspect_checkpoint(dir).verified);
   }();
-  comm->barrier();
+  comm->barrier()->wait();
 }
 
 // Each kind of damage is named: read_checkpoint_weights throws, inspect_checkpoint with verify
@@ -311,7 +311,7 @@ TEST(CheckpointExport, DamagedCheckpointsAreReportedClearly) {
     EXPECT_TRUE(inspect_checkpoint(dir, "good", true).ok());
     EXPECT_NO_THROW(read_checkpoint_weights(dir, "good"));
   }();
-  comm->barrier();
+  comm->barrier()->wait();
 }
 
 }  // namespace

@@ -449,7 +449,7 @@ TEST(Comm, Basics) {
   EXPECT_LT(comm->rank(), comm->size());
   EXPECT_EQ(small_messages()->rank(), comm->rank());
   EXPECT_EQ(small_messages()->size(), comm->size());
-  EXPECT_NO_THROW(comm->barrier());
+  EXPECT_NO_THROW(comm->barrier()->wait());
 }
 
 TEST(Comm, ReduceScatterMatchesNoteOrderBitwise) {
@@ -472,7 +472,7 @@ TEST(Comm, ReduceScatterMatchesNoteOrderBitwise) {
               at::Tensor input = reduction_input(dtype, r, total, seed);
               at::Tensor output = in_place ? input.narrow(0, offsets[r], layout.chunks[r])
                                            : at::full({layout.chunks[r]}, 7.0, input.options());
-              EXPECT_NO_THROW(comm->reduce_scatter(input, output, op, layout.counts)) << what;
+              EXPECT_NO_THROW(comm->reduce_scatter(input, output, op, layout.counts)->wait()) << what;
               expect_bitwise_equal(output,
                                    expected_reduction(dtype, op, n, r, offsets[r],
                                                       layout.chunks[r], seed),
@@ -497,7 +497,7 @@ TEST(Comm, ReductionOrderIsObservable) {
     const auto offsets = offsets_of(layout.chunks);
     at::Tensor input = reduction_input(dtype, r, size, seed);
     at::Tensor output = at::empty({layout.chunks[r]}, input.options());
-    EXPECT_NO_THROW(world()->reduce_scatter(input, output, ReduceOp::kSum, layout.counts));
+    EXPECT_NO_THROW(world()->reduce_scatter(input, output, ReduceOp::kSum, layout.counts)->wait());
     const at::Tensor note = expected_reduction(dtype, ReduceOp::kSum, n, r, offsets[r],
                                                layout.chunks[r], seed);
     expect_bitwise_equal(output, note, c10::toString(dtype));
@@ -523,7 +523,7 @@ TEST(Comm, AllReduceMatchesNoteOrderAndIsIdenticalOnAllRanks) {
           ++seed;
           const std::string what = case_name(comm_name, dtype, size, "balanced", true, op);
           at::Tensor buffer = reduction_input(dtype, r, size, seed);
-          EXPECT_NO_THROW(comm->all_reduce(buffer, op)) << what;
+          EXPECT_NO_THROW(comm->all_reduce(buffer, op)->wait()) << what;
           // Owners: balanced split, the first size % N ranks own one element more.
           const auto chunks = balanced(size, n);
           const auto offsets = offsets_of(chunks);
@@ -534,7 +534,7 @@ TEST(Comm, AllReduceMatchesNoteOrderAndIsIdenticalOnAllRanks) {
                 what + " chunk " + std::to_string(c));
           }
           at::Tensor gathered = at::empty({n * size}, buffer.options());
-          EXPECT_NO_THROW(world()->all_gather(buffer, gathered));
+          EXPECT_NO_THROW(world()->all_gather(buffer, gathered)->wait());
           for (int c = 0; c < n; ++c) {
             expect_bitwise_equal(gathered.narrow(0, c * size, size), buffer,
                                  what + ": rank " + std::to_string(c) + " vs this rank");
@@ -570,7 +570,7 @@ TEST(Comm, AllGather) {
             at::Tensor input = in_place ? output.narrow(0, offsets[r], layout.chunks[r])
                                         : at::empty({layout.chunks[r]}, options);
             fill_copy_data(input, r, 0, seed);
-            EXPECT_NO_THROW(comm->all_gather(input, output, layout.counts)) << what;
+            EXPECT_NO_THROW(comm->all_gather(input, output, layout.counts)->wait()) << what;
             expect_bitwise_equal(output, expected, what);
           }
         }
@@ -596,7 +596,7 @@ TEST(Comm, Broadcast) {
           at::Tensor expected = at::empty({size}, options);
           fill_copy_data(expected, root, 0, seed);
           at::Tensor buffer = r == root ? expected.clone() : at::zeros({size}, options);
-          EXPECT_NO_THROW(comm->broadcast(buffer, root)) << what.str();
+          EXPECT_NO_THROW(comm->broadcast(buffer, root)->wait()) << what.str();
           expect_bitwise_equal(buffer, expected, what.str());
         }
       }
@@ -613,7 +613,7 @@ TEST(Comm, MaxPropagatesNaNAndInfinity) {
     if (r == n - 1) buffer[0] = std::nan("");
     if (r == 0) buffer[1] = INFINITY;
     buffer[2] = -INFINITY;
-    EXPECT_NO_THROW(world()->all_reduce(buffer, ReduceOp::kMax));
+    EXPECT_NO_THROW(world()->all_reduce(buffer, ReduceOp::kMax)->wait());
     EXPECT_TRUE(std::isnan(buffer[0].item<double>())) << c10::toString(dtype);
     EXPECT_EQ(buffer[1].item<double>(), INFINITY) << c10::toString(dtype);
     EXPECT_EQ(buffer[2].item<double>(), -INFINITY) << c10::toString(dtype);
@@ -638,8 +638,8 @@ TEST(Comm, StatsFollowTheCountingNote) {
   const int64_t total = sum_of(counts);
   at::Tensor in = at::ones({total});
   at::Tensor out = at::empty({counts[r]});
-  comm->reduce_scatter(in, out, ReduceOp::kSum, counts);
-  comm->reduce_scatter(at::ones({total}), out, ReduceOp::kMax, counts);
+  comm->reduce_scatter(in, out, ReduceOp::kSum, counts)->wait();
+  comm->reduce_scatter(at::ones({total}), out, ReduceOp::kMax, counts)->wait();
   s = comm->stats();
   EXPECT_EQ(s.reduce_scatter.calls, 2);
   EXPECT_EQ(s.reduce_scatter.bytes, moves ? 2 * (total - counts[r]) * 4 : 0);
@@ -647,14 +647,14 @@ TEST(Comm, StatsFollowTheCountingNote) {
   // all_gather, equal chunks, bf16.
   at::Tensor chunk = at::ones({5}, at::kBFloat16);
   at::Tensor gathered = at::empty({5 * n}, at::kBFloat16);
-  comm->all_gather(chunk, gathered);
+  comm->all_gather(chunk, gathered)->wait();
   s = comm->stats();
   EXPECT_EQ(s.all_gather.calls, 1);
   EXPECT_EQ(s.all_gather.bytes, moves ? (n - 1) * 5 * 2 : 0);
 
   // all_reduce, fp64, 1001 elements: twice the bytes owned by others under the balanced split.
   at::Tensor buffer = at::ones({1001}, at::kDouble);
-  comm->all_reduce(buffer, ReduceOp::kSum);
+  comm->all_reduce(buffer, ReduceOp::kSum)->wait();
   const int64_t mine = balanced(1001, n)[r];
   s = comm->stats();
   EXPECT_EQ(s.all_reduce.calls, 1);
@@ -665,19 +665,19 @@ TEST(Comm, StatsFollowTheCountingNote) {
 
   // broadcast, int64: what each non-root receives.
   at::Tensor ints = at::zeros({100}, at::kLong);
-  comm->broadcast(ints, 0);
+  comm->broadcast(ints, 0)->wait();
   s = comm->stats();
   EXPECT_EQ(s.broadcast.calls, 1);
   EXPECT_EQ(s.broadcast.bytes, moves && r != 0 ? 800 : 0);
 
   // Zero-sized calls are calls.
-  comm->all_reduce(at::empty({0}), ReduceOp::kSum);
+  comm->all_reduce(at::empty({0}), ReduceOp::kSum)->wait();
   s = comm->stats();
   EXPECT_EQ(s.all_reduce.calls, 2);
   EXPECT_EQ(s.total_bytes(), s.reduce_scatter.bytes + s.all_gather.bytes +
                                  s.all_reduce.bytes + s.broadcast.bytes);
 
-  comm->barrier();  // barriers are not counted
+  comm->barrier()->wait();  // barriers are not counted
   EXPECT_EQ(comm->stats().total_bytes(), s.total_bytes());
   comm->reset_stats();
   s = comm->stats();
@@ -699,7 +699,7 @@ TEST(Comm, StatsCanBeReadFromAnotherThread) {
     }
   });
   at::Tensor buffer = at::ones({257});
-  for (int i = 0; i < 200; ++i) comm->all_reduce(buffer, ReduceOp::kSum);
+  for (int i = 0; i < 200; ++i) comm->all_reduce(buffer, ReduceOp::kSum)->wait();
   done = true;
   reader.join();
   EXPECT_TRUE(monotonic.load());
@@ -718,7 +718,7 @@ TEST(Comm, BadCallsThrowErrorsNamingOpRankAndSizes) {
   const auto offsets = offsets_of(counts);
 
   expect_error([&] { comm->reduce_scatter(at::ones({total}), at::empty({counts[r] + 1}),
-                                          ReduceOp::kSum, counts); },
+                                          ReduceOp::kSum, counts)->wait(); },
                {"reduce_scatter", rank, "output must hold counts[" + std::to_string(r) + "] = " +
                 std::to_string(counts[r]), "got " + std::to_string(counts[r] + 1),
                 std::to_string(total) + " elements", "Float"},
@@ -726,7 +726,7 @@ TEST(Comm, BadCallsThrowErrorsNamingOpRankAndSizes) {
   std::vector<int64_t> too_many = counts;
   too_many.push_back(1);
   expect_error([&] { comm->reduce_scatter(at::ones({total + 1}), at::empty({counts[r]}),
-                                          ReduceOp::kSum, too_many); },
+                                          ReduceOp::kSum, too_many)->wait(); },
                {"reduce_scatter", rank, "one entry per rank (" + std::to_string(n) + ")",
                 "got " + std::to_string(n + 1)},
                "reduce_scatter counts size");
@@ -734,72 +734,72 @@ TEST(Comm, BadCallsThrowErrorsNamingOpRankAndSizes) {
   negative[0] = -1;
   expect_error([&] { comm->reduce_scatter(at::ones({total}),
                                           at::empty({std::max<int64_t>(negative[r], 0)}),
-                                          ReduceOp::kSum, negative); },
+                                          ReduceOp::kSum, negative)->wait(); },
                {"reduce_scatter", rank, "counts[0] = -1", "negative"},
                "reduce_scatter negative count");
   expect_error([&] { comm->reduce_scatter(at::ones({total + 2}), at::empty({counts[r]}),
-                                          ReduceOp::kSum, counts); },
+                                          ReduceOp::kSum, counts)->wait(); },
                {"reduce_scatter", rank, "sum(counts) = " + std::to_string(total),
                 "got " + std::to_string(total + 2)},
                "reduce_scatter input size");
   expect_error([&] { comm->reduce_scatter(at::ones({4 * n + 1}), at::empty({4}),
-                                          ReduceOp::kSum); },
+                                          ReduceOp::kSum)->wait(); },
                {"reduce_scatter", rank, "counts {} (equal chunks)",
                 std::to_string(4 * n + 1) + " elements"},
                "reduce_scatter equal chunks");
   expect_error([&] { comm->reduce_scatter(at::ones({total}), at::empty({counts[r]}, at::kDouble),
-                                          ReduceOp::kSum, counts); },
+                                          ReduceOp::kSum, counts)->wait(); },
                {"reduce_scatter", rank, "dtypes differ", "Float", "Double"},
                "reduce_scatter dtype mismatch");
   expect_error([&] { comm->reduce_scatter(at::ones({total}, at::kInt),
                                           at::empty({counts[r]}, at::kInt), ReduceOp::kSum,
-                                          counts); },
+                                          counts)->wait(); },
                {"reduce_scatter", rank, "Int", "reductions support"},
                "reduce_scatter integer dtype");
-  expect_error([&] { comm->all_reduce(at::ones({8}, at::kLong), ReduceOp::kMax); },
+  expect_error([&] { comm->all_reduce(at::ones({8}, at::kLong), ReduceOp::kMax)->wait(); },
                {"all_reduce", rank, "8 elements of Long", "reductions support"},
                "all_reduce integer dtype");
-  expect_error([&] { comm->all_reduce(at::ones({8}, at::kByte), ReduceOp::kSum); },
+  expect_error([&] { comm->all_reduce(at::ones({8}, at::kByte), ReduceOp::kSum)->wait(); },
                {"all_reduce", rank, "Byte"}, "all_reduce byte dtype");
   expect_error([&] { comm->reduce_scatter(at::ones({2, total}).t(), at::empty({2 * counts[r]}),
-                                          ReduceOp::kSum); },
+                                          ReduceOp::kSum)->wait(); },
                {"reduce_scatter", rank, "not contiguous"}, "reduce_scatter non-contiguous");
   {
     // Output shifted by one element against input's own chunk.
     at::Tensor storage = at::ones({total + 1});
     at::Tensor in = storage.narrow(0, 0, total);
     expect_error([&] { comm->reduce_scatter(in, storage.narrow(0, offsets[r] + 1, counts[r]),
-                                            ReduceOp::kSum, counts); },
+                                            ReduceOp::kSum, counts)->wait(); },
                  {"reduce_scatter", rank, "overlaps"}, "reduce_scatter partial overlap");
     expect_error([&] { comm->all_gather(storage.narrow(0, offsets[r] + 1, counts[r]), in,
-                                        counts); },
+                                        counts)->wait(); },
                  {"all_gather", rank, "overlaps"}, "all_gather partial overlap");
   }
-  expect_error([&] { comm->all_gather(at::ones({counts[r]}), at::empty({total - 1}), counts); },
+  expect_error([&] { comm->all_gather(at::ones({counts[r]}), at::empty({total - 1}), counts)->wait(); },
                {"all_gather", rank, "output must hold sum(counts) = " + std::to_string(total),
                 "got " + std::to_string(total - 1)},
                "all_gather output size");
-  expect_error([&] { comm->all_gather(at::ones({3}), at::empty({3 * n + 1})); },
+  expect_error([&] { comm->all_gather(at::ones({3}), at::empty({3 * n + 1}))->wait(); },
                {"all_gather", rank, std::to_string(3 * n + 1)}, "all_gather equal chunks");
-  expect_error([&] { comm->all_gather(at::ones({3}, at::kInt), at::empty({3 * n}, at::kLong)); },
+  expect_error([&] { comm->all_gather(at::ones({3}, at::kInt), at::empty({3 * n}, at::kLong))->wait(); },
                {"all_gather", rank, "dtypes differ", "Int", "Long"}, "all_gather dtype mismatch");
   expect_error([&] { comm->all_gather(at::ones({3}, at::kComplexFloat),
-                                      at::empty({3 * n}, at::kComplexFloat)); },
+                                      at::empty({3 * n}, at::kComplexFloat))->wait(); },
                {"all_gather", rank, "ComplexFloat", "supported"}, "all_gather complex");
   expect_error([&] { comm->all_gather(at::empty({3}, at::device(at::kMeta)),
-                                      at::empty({3 * n})); },
+                                      at::empty({3 * n}))->wait(); },
                {"all_gather", rank, "device meta", "CPU"}, "all_gather meta tensor");
-  expect_error([&] { comm->broadcast(at::ones({5}), n); },
+  expect_error([&] { comm->broadcast(at::ones({5}), n)->wait(); },
                {"broadcast", rank, "root must be in [0, " + std::to_string(n) + ")",
                 "got " + std::to_string(n)},
                "broadcast root");
-  expect_error([&] { comm->broadcast(at::Tensor(), 0); }, {"broadcast", rank, "undefined"},
+  expect_error([&] { comm->broadcast(at::Tensor(), 0)->wait(); }, {"broadcast", rank, "undefined"},
                "broadcast undefined");
 
   // Nobody was left inside a collective: the communicator still works.
-  EXPECT_NO_THROW(comm->barrier());
+  EXPECT_NO_THROW(comm->barrier()->wait());
   at::Tensor buffer = at::ones({10});
-  EXPECT_NO_THROW(comm->all_reduce(buffer, ReduceOp::kSum));
+  EXPECT_NO_THROW(comm->all_reduce(buffer, ReduceOp::kSum)->wait());
   EXPECT_EQ(buffer[9].item<float>(), static_cast<float>(n));
 }
 
@@ -810,15 +810,15 @@ TEST(Comm, MpiFailuresBecomeErrors) {
   if (comm->size() != 2) GTEST_SKIP() << "needs exactly 2 ranks";
   if (comm->rank() == 0) {
     at::Tensor buffer = at::ones({64}, at::kByte);
-    EXPECT_NO_THROW(comm->broadcast(buffer, 0));
+    EXPECT_NO_THROW(comm->broadcast(buffer, 0)->wait());
   } else {
     at::Tensor buffer = at::zeros({16}, at::kByte);
-    expect_error([&] { comm->broadcast(buffer, 0); },
+    expect_error([&] { comm->broadcast(buffer, 0)->wait(); },
                  {"broadcast", "rank 1 of world size 2", "16 elements of Byte", "root 0",
                   "MPI_Bcast failed", "MPI_ERR_TRUNCATE"},
                  "truncated broadcast");
   }
-  EXPECT_NO_THROW(comm->barrier());
+  EXPECT_NO_THROW(comm->barrier()->wait());
 }
 
 }  // namespace

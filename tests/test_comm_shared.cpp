@@ -46,14 +46,14 @@ TEST(SharedBuffers, ReduceScatterMatchesTheRingBitwise) {
           // Reference: the ring, on an ordinary tensor.
           at::Tensor plain = data.clone();
           at::Tensor expected = at::empty({counts[comm->rank()]}, data.options());
-          comm->reduce_scatter(plain, expected, ReduceOp::kSum, counts);
+          comm->reduce_scatter(plain, expected, ReduceOp::kSum, counts)->wait();
           // Shared buffer.
           at::Tensor shared = comm->allocate_buffer(total, dtype);
           EXPECT_TRUE(at::equal(shared, at::zeros_like(shared)));
           shared.copy_(data);
           at::Tensor output = in_place ? shared.narrow(0, offset, counts[comm->rank()])
                                        : at::empty({counts[comm->rank()]}, data.options());
-          comm->reduce_scatter(shared, output, ReduceOp::kSum, counts);
+          comm->reduce_scatter(shared, output, ReduceOp::kSum, counts)->wait();
           EXPECT_TRUE(at::equal(output, expected));
         }
       }
@@ -69,17 +69,17 @@ TEST(SharedBuffers, MixedSharedAndOrdinaryInputsFallBackTogether) {
   const at::Tensor data = contribution(numel, at::kFloat, comm->rank());
   at::Tensor plain = data.clone();
   at::Tensor expected = at::empty({numel / n});
-  comm->reduce_scatter(plain, expected, ReduceOp::kSum);
+  comm->reduce_scatter(plain, expected, ReduceOp::kSum)->wait();
   // Rank 0 passes an ordinary tensor, the others their shared buffer: everyone takes the ring.
   at::Tensor input = comm->rank() == 0 ? data.clone() : shared.copy_(data);
   at::Tensor output = at::empty({numel / n});
-  comm->reduce_scatter(input, output, ReduceOp::kSum);
+  comm->reduce_scatter(input, output, ReduceOp::kSum)->wait();
   EXPECT_TRUE(at::equal(output, expected));
   // A buffer freed on one rank only: the others' shared inputs are not visible to it.
   at::Tensor second = comm->allocate_buffer(numel, at::kFloat);
   if (comm->rank() == n - 1) second = at::Tensor();
   at::Tensor again = comm->rank() == n - 1 ? data.clone() : second.copy_(data);
-  comm->reduce_scatter(again, output, ReduceOp::kSum);
+  comm->reduce_scatter(again, output, ReduceOp::kSum)->wait();
   EXPECT_TRUE(at::equal(output, expected));
 }
 
@@ -90,7 +90,7 @@ TEST(SharedBuffers, BytesAreCountedLikeTheRing) {
   at::Tensor shared = comm->allocate_buffer(numel, at::kFloat);
   const CommStats before = comm->stats();
   comm->reduce_scatter(shared, shared.narrow(0, comm->rank() * (numel / n), numel / n),
-                       ReduceOp::kSum);
+                       ReduceOp::kSum)->wait();
   const CommStats after = comm->stats();
   EXPECT_EQ(after.reduce_scatter.bytes - before.reduce_scatter.bytes,
             n > 1 ? (numel - numel / n) * 4 : 0);

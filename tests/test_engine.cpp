@@ -236,7 +236,7 @@ TEST(StartUp, AFailureOnOneRankFailsEveryRank) {
   auto comm = world();
   const std::string dir = shared_temp_dir("startup-monitor");
   if (comm->rank() == 0) std::ofstream(std::filesystem::path(dir) / "a-file") << "x\n";
-  comm->barrier();
+  comm->barrier()->wait();
   const std::string path = (std::filesystem::path(dir) / "a-file" / "monitor").string();
   RunOptions options;
   options.extra_top_json = "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"" + path +
@@ -322,7 +322,7 @@ TEST(Backward, ParametersUnusedOnSomeRanksDoNotHang) {
     }
     const at::Tensor mine = flatten_parameters(*model);
     at::Tensor all = at::empty({comm->size() * mine.numel()}, mine.options());
-    comm->all_gather(mine, all);
+    comm->all_gather(mine, all)->wait();
     for (int r = 0; r < comm->size(); ++r) {
       EXPECT_TRUE(at::equal(all.narrow(0, r * mine.numel(), mine.numel()), mine)) << "rank " << r;
     }
@@ -375,7 +375,7 @@ TEST(Monitor, CsvMonitorWritesOneRowPerStepOnRankZero) {
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("zero-csv-" + std::to_string(comm->size()))).string();
   if (comm->rank() == 0) std::filesystem::remove_all(dir);
-  comm->barrier();
+  comm->barrier()->wait();
   RunOptions options;
   options.stage = 2;
   options.steps = 3;
@@ -385,7 +385,7 @@ TEST(Monitor, CsvMonitorWritesOneRowPerStepOnRankZero) {
   testing::internal::CaptureStdout();
   const RunResult run = run_engine(mlp_spec(), options, comm);
   const std::string printed = testing::internal::GetCapturedStdout();
-  comm->barrier();
+  comm->barrier()->wait();
   if (comm->rank() != 0) {
     EXPECT_EQ(printed.find("[zero] step="), std::string::npos) << "only rank 0 reports";
     return;

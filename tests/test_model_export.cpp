@@ -33,17 +33,17 @@ class SharedDir {
  public:
   explicit SharedDir(const std::string& tag) : comm_(world()) {
     at::Tensor pid = at::full({1}, static_cast<int64_t>(::getpid()), at::kLong);
-    comm_->broadcast(pid, 0);
+    comm_->broadcast(pid, 0)->wait();
     path_ = fs::temp_directory_path() /
             ("zero_test_model_export_" + std::to_string(pid.item<int64_t>()) + "_" + tag);
     if (comm_->rank() == 0) {
       fs::remove_all(path_);
       fs::create_directories(path_);
     }
-    comm_->barrier();
+    comm_->barrier()->wait();
   }
   ~SharedDir() {
-    comm_->barrier();
+    comm_->barrier()->wait();
     if (comm_->rank() == 0) fs::remove_all(path_);
   }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
@@ -146,7 +146,7 @@ void expect_root_failure(Engine& engine, const torch::nn::Module& model, const s
   }
   EXPECT_EQ(threw, comm->rank() == root);
   (void)full_state_dict(engine, 0);  // every rank is in step again
-  comm->barrier();                   // the root has removed its .tmp file by now
+  comm->barrier()->wait();                   // the root has removed its .tmp file by now
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }

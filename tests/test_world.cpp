@@ -1,4 +1,5 @@
 #include "test_util.h"
+#include "zero/comm_mpi.h"
 
 #include <filesystem>
 
@@ -17,7 +18,7 @@ std::string shared_temp_dir(const std::string& name) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
   }
-  comm->barrier();
+  comm->barrier()->wait();
   return dir.string();
 }
 

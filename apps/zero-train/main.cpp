@@ -66,6 +66,7 @@
 #include "report.h"
 #include "zero/checkpoint.h"
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 #include "zero/config.h"
 #include "zero/console.h"
 #include "zero/data.h"
@@ -276,7 +277,7 @@ bool ranks_agree_ok(zero::Communicator& comm, const std::string& error) {
 
 double all_mean(zero::Communicator& comm, double value) {
   at::Tensor t = at::full({1}, value, at::kDouble);
-  comm.all_reduce(t, zero::ReduceOp::kSum);
+  comm.all_reduce(t, zero::ReduceOp::kSum)->wait();
   return t.item<double>() / comm.size();
 }
 
@@ -450,7 +451,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                       static_cast<long long>(o.steps));
           std::fflush(stdout);
         }
-        comm->barrier();
+        comm->barrier()->wait();
         return 0;
       }
     }
@@ -603,7 +604,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                                       static_cast<int64_t>(c10::elementSize(config.param_dtype)))},
                                  at::kDouble);
     at::Tensor all = at::empty({kFigures * world}, at::kDouble);
-    comm->all_gather(mine, all);
+    comm->all_gather(mine, all)->wait();
     auto figure = [&](int r, int k) { return all[kFigures * r + k].item<double>(); };
     const zero::CommStats comm_after = engine->communication();
     const double moved = static_cast<double>(train_rs_bytes + train_ag_bytes);
@@ -728,7 +729,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       std::printf("\nrun directory: %s (config.json, metrics.csv, loss.svg)\n", o.out.c_str());
       std::fflush(stdout);
     }
-    comm->barrier();
+    comm->barrier()->wait();
     return 0;
   } catch (const zero::CollectiveError& e) {
     // Every rank threw it together (a save or load failed somewhere): the job ends normally,
@@ -738,9 +739,9 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zero-train: error on rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
-    comm->abort_job(1);
+    zero::abort_mpi_job(1);
   }
-  return 1;  // not reached: abort_job ends the job (this silences -Wreturn-type)
+  return 1;  // not reached: abort_mpi_job ends the job (this silences -Wreturn-type)
 }
 
 }  // namespace

@@ -1,38 +1,42 @@
 // The Communicator: the one narrow interface through which zero moves data between ranks.
 //
 // Every collective works on flat, contiguous buffers (at::Tensor handles, any shape; only
-// numel, dtype and data pointer matter). Backends: MPI for CPU tensors (this header's
-// make_mpi_communicator); an NCCL backend for CUDA tensors can implement the same interface.
-// This header deliberately includes no MPI, NCCL or CUDA header.
+// numel, dtype and data pointer matter) and returns a Work handle at once: the collective runs
+// asynchronously, in issue order, and the caller waits on the handle (or tests it) before it
+// reads the results or reuses the buffers. Backends: MPI for CPU tensors (zero/comm_mpi.h); a
+// device backend (NCCL) implements the same interface on its communication stream. This
+// header includes no MPI, NCCL or CUDA header.
 //
-// Note [Deterministic ring reduction]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Reductions (reduce_scatter, all_reduce) split the buffer into per-rank chunks; chunk c is
-// the one rank c receives. Every element of chunk c is summed in the fixed rank order
-//     ((x[c+1] + x[c+2]) + ...) + x[c]        (indices mod world size),
-// whatever the chunk sizes, the number of calls the buffer was split into, or the internal
-// segmentation. The result therefore depends only on which rank owns an element. The engine
-// relies on this: stage 0 (all-reduce of buckets), stage 1 (one reduce-scatter at the
-// boundary) and stage 2 (reduce-scatter per bucket during backward) produce bitwise identical
-// gradients when they use the same ownership. all_reduce results are bitwise identical on all
-// ranks (reduce-scatter followed by all-gather of the owner's result).
+// Note [Deterministic reduction]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A backend whose capabilities() say deterministic_reduction sums every element of a
+// reduction in an order that depends only on which rank owns the element (its chunk), never on
+// the chunk sizes, on how many calls a buffer is split into, or on timing. The engine's
+// bitwise guarantees rest on it: stage 0 (all-reduce of buckets), stage 1 (one reduce-scatter
+// at the boundary) and stage 2 (reduce-scatter per bucket during backward) then give bitwise
+// identical gradients, and all_reduce results are bitwise identical on every rank. The MPI
+// backend's order is in src/comm/mpi_communicator.cpp (Note [MPI ring order]); tests that
+// assert bitwise equality require the capability.
 //
 // Note [Counting communicated bytes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Each collective adds to stats() the bytes that this rank moves over the wire under a ring
-// schedule, which is also the volume the ZeRO paper counts:
+// Each collective adds to stats() (and reports in its Work's stats()) the bytes that this rank
+// moves over the wire under a ring schedule, which is also the volume the ZeRO paper counts:
 //   reduce_scatter:  bytes of the chunks owned by other ranks   ((N-1)/N of the input when even)
 //   all_gather:      bytes of the chunks owned by other ranks   ((N-1)/N of the output when even)
 //   all_reduce:      the sum of the two above                   (2(N-1)/N of the buffer)
 //   broadcast:       the buffer's bytes on every rank except the root (what each receives)
-// With one rank nothing moves and nothing is counted (calls still are).
+// With one rank nothing moves and nothing is counted (calls still are). Counted when the
+// collective is issued.
 #pragma once
 
 #include "zero/export.h"
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,15 +59,54 @@ struct ZERO_API CommStats {
   int64_t total_bytes() const {
     return all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + broadcast.bytes;
   }
+  CommStats& operator+=(const CommStats& other);
 };
 
-/// Collectives over the ranks of one group. All ranks must call the same collectives in the
+/// What one collective asks for beyond its buffers.
+struct ZERO_API CollectiveOptions {
+  /// Seconds this collective may take before the job is ended (Note [Collective timeout] in
+  /// src/comm/collective_watchdog.h); 0: the communicator's deadline (ZERO_COLLECTIVE_TIMEOUT_S).
+  int64_t timeout_seconds = 0;
+  /// Device backends: the stream the collective is ordered after (a cudaStream_t); null: the
+  /// backend's own communication stream. CPU backends ignore it.
+  void* stream = nullptr;
+};
+
+/// What a backend guarantees beyond the interface.
+struct ZERO_API CommCapabilities {
+  /// Note [Deterministic reduction].
+  bool deterministic_reduction = false;
+  /// allocate_buffer may return memory peers read directly (reduce_scatter is faster from it).
+  bool shared_buffers = false;
+};
+
+/// One collective (or in_order task) in flight. Collectives of a communicator complete in the
+/// order they were issued. When an in_order task fails, every later collective and task fails
+/// too, with an error naming it: the task may have issued fewer collectives than its peers,
+/// so the sequence the ranks share is broken. A failed collective alone breaks nothing.
+class ZERO_API Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until it has completed; rethrows its error (zero::Error naming op, rank, sizes).
+  virtual void wait() = 0;
+  /// Blocks at most `timeout`: true when it completed (rethrowing its error), false when it is
+  /// still in flight. A collective past the communicator's deadline ends the job regardless.
+  virtual bool wait_for(std::chrono::milliseconds timeout) = 0;
+  /// Whether it has completed, successfully or not (never blocks or throws).
+  virtual bool completed() const = 0;
+  /// What it moved (Note [Counting communicated bytes]); zero for tasks.
+  virtual CommStats stats() const = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+/// Collectives over the ranks of one group. All ranks must issue the same collectives in the
 /// same order with matching sizes and dtypes. Reductions accept fp32, fp64, bf16 and fp16
 /// (16-bit sums are computed in fp32 and rounded to the 16-bit type after each addition, as
 /// NCCL does); all_gather and broadcast also accept uint8 and integer types.
-/// Failures throw zero::Error naming the op, the rank, the element counts and the dtype.
-/// Collectives may be called from one thread at a time (the engine's communication thread
-/// or the main thread, never both concurrently); stats() may be read from any thread.
+/// Argument errors throw zero::Error (naming the op, the rank, the element counts and the
+/// dtype) when the collective is issued; failures while it runs are rethrown by its Work.
+/// Every method may be called from any thread; the order of issue is the order of execution.
+/// Buffers must stay alive and untouched until the Work completes.
 class ZERO_API Communicator {
  public:
   virtual ~Communicator() = default;
@@ -72,42 +115,53 @@ class ZERO_API Communicator {
   virtual int size() const = 0;
   /// "mpi", "nccl", ... for messages and reports.
   virtual std::string backend_name() const = 0;
+  virtual CommCapabilities capabilities() const = 0;
 
   /// In place over all of `buffer`: a reduce_scatter over a balanced split (the first
-  /// numel % N ranks own one extra element) followed by all_gather. Result bitwise identical
-  /// on every rank.
-  virtual void all_reduce(const at::Tensor& buffer, ReduceOp op) = 0;
+  /// numel % N ranks own one extra element) followed by all_gather. With
+  /// deterministic_reduction the result is bitwise identical on every rank.
+  [[nodiscard]] virtual WorkHandle all_reduce(const at::Tensor& buffer, ReduceOp op,
+                                              const CollectiveOptions& options = {}) = 0;
 
   /// `input` holds sum(counts) elements laid out as chunk 0 | chunk 1 | ... | chunk N-1 with
   /// chunk r of counts[r] elements; `output` receives the reduced chunk rank() and must hold
   /// counts[rank()] elements of the same dtype. An empty `counts` means N equal chunks of
   /// output.numel(). `input` is used as scratch: its contents are unspecified afterwards.
-  /// `output` may alias input's own chunk (in place). Order: Note [Deterministic ring reduction].
-  virtual void reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
-                              const std::vector<int64_t>& counts = {}) = 0;
+  /// `output` may alias input's own chunk (in place).
+  [[nodiscard]] virtual WorkHandle reduce_scatter(const at::Tensor& input,
+                                                  const at::Tensor& output, ReduceOp op,
+                                                  const std::vector<int64_t>& counts = {},
+                                                  const CollectiveOptions& options = {}) = 0;
 
   /// Gathers chunk r = every rank's `input` (counts[r] elements) into `output`
   /// (sum(counts) elements, chunk 0 first). Empty `counts` means equal chunks of
   /// input.numel(). `input` may alias output's own chunk (in place).
-  virtual void all_gather(const at::Tensor& input, const at::Tensor& output,
-                          const std::vector<int64_t>& counts = {}) = 0;
+  [[nodiscard]] virtual WorkHandle all_gather(const at::Tensor& input, const at::Tensor& output,
+                                              const std::vector<int64_t>& counts = {},
+                                              const CollectiveOptions& options = {}) = 0;
 
   /// Copies `root`'s buffer into every rank's buffer.
-  virtual void broadcast(const at::Tensor& buffer, int root) = 0;
+  [[nodiscard]] virtual WorkHandle broadcast(const at::Tensor& buffer, int root,
+                                             const CollectiveOptions& options = {}) = 0;
 
-  virtual void barrier() = 0;
+  [[nodiscard]] virtual WorkHandle barrier(const CollectiveOptions& options = {}) = 0;
+
+  /// Runs `task` in this communicator's order: after every collective issued before it and
+  /// before every one issued after it, as the backend runs its collectives (MPI: on its
+  /// progress thread; a device backend: with its communication stream current). Collectives
+  /// the task issues run at once, inside it. For work that must follow a collective before the
+  /// next one starts (copying a reduced shard out, releasing its buffer) without the issuing
+  /// thread waiting for it. The task's exception fails its Work, and the later ones (Work).
+  [[nodiscard]] virtual WorkHandle in_order(std::function<void()> task) = 0;
 
   /// Collective: every rank allocates a zeroed buffer of `numel` elements of `dtype` (the same
-  /// numel and dtype on every rank, in the same call order). A backend may place it where
-  /// peers read it directly (MPI: POSIX shared memory when all ranks share one node), which
-  /// makes reduce_scatter with such inputs faster (Note [Shared-memory reduce-scatter] in
-  /// src/comm/shared_segments.h); otherwise it is an ordinary tensor. Results are bitwise the
-  /// same either way. Freeing the tensor is local, not collective.
-  virtual at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype) = 0;
-
-  /// Terminates every rank of the job with `exit_code` (MPI: MPI_Abort). For errors after
-  /// which other ranks may be blocked in a collective; never returns.
-  [[noreturn]] virtual void abort_job(int exit_code) = 0;
+  /// numel and dtype on every rank, in the same call order), blocking until it exists. With
+  /// capabilities().shared_buffers it is placed where peers read it directly (MPI: POSIX
+  /// shared memory when all ranks share one node), which makes reduce_scatter from it faster
+  /// (Note [Shared-memory reduce-scatter] in src/comm/shared_segments.h); otherwise, and by
+  /// default, it is an ordinary tensor. Results are bitwise the same either way. Freeing the
+  /// tensor is local, not collective.
+  virtual at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype);
 
   /// Counted since construction or the last reset_stats(). Note [Counting communicated bytes].
   virtual CommStats stats() const = 0;
@@ -133,8 +187,5 @@ ZERO_API std::vector<std::string> all_gather_texts(Communicator& comm, const std
 /// failed on rank R: ERROR".
 ZERO_API void agree_on_failure(Communicator& comm, const std::string& operation, const std::string& error);
 
-/// The MPI backend for CPU tensors. Initializes MPI (MPI_THREAD_MULTIPLE) on first use if the
-/// program has not, and finalizes it at exit in that case. Uses MPI_COMM_WORLD.
-ZERO_API std::shared_ptr<Communicator> make_mpi_communicator();
 
 }  // namespace zero

@@ -17,14 +17,14 @@ std::vector<std::string> all_gather_texts(Communicator& comm, const std::string&
   // Exchange lengths, then the texts themselves.
   at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
   at::Tensor lengths = at::empty({world}, at::kLong);
-  comm.all_gather(length, lengths);
+  comm.all_gather(length, lengths)->wait();
   std::vector<int64_t> counts(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + world);
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   at::Tensor mine = at::empty({static_cast<int64_t>(text.size())}, at::kByte);
   if (!text.empty()) std::memcpy(mine.data_ptr(), text.data(), text.size());
   at::Tensor all = at::empty({total}, at::kByte);
-  comm.all_gather(mine, all, counts);
+  comm.all_gather(mine, all, counts)->wait();
   const char* base = reinterpret_cast<const char*>(all.data_ptr());
   std::vector<std::string> texts;
   int64_t offset = 0;

@@ -40,10 +40,13 @@ CollectiveWatchdog::~CollectiveWatchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& watchdog, const char* op, int64_t bytes)
+CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& watchdog, const char* op, int64_t bytes,
+                                 int64_t timeout_seconds)
     : watchdog_(watchdog) {
   watchdog_.op_.store(op, std::memory_order_relaxed);
   watchdog_.bytes_.store(bytes, std::memory_order_relaxed);
+  watchdog_.deadline_s_.store(timeout_seconds > 0 ? timeout_seconds : watchdog_.timeout_seconds_,
+                              std::memory_order_relaxed);
   const int64_t entered = watchdog_.entered_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (watchdog_.publish_entered_) watchdog_.publish_entered_(entered);
   // Release: the watchdog thread that reads a start time also sees this op and bytes.
@@ -57,12 +60,17 @@ int64_t CollectiveWatchdog::poll_ns() const {
 }
 
 std::string CollectiveWatchdog::timeout_message(const char* op, int64_t bytes, int64_t sequence,
-                                                double waited_seconds, int64_t now) const {
+                                                double waited_seconds, int64_t now,
+                                                int64_t deadline_seconds) const {
   std::ostringstream out;
   out << "zero: collective timeout on rank " << rank_ << " of " << size_ << ": " << op << " ("
       << backend_ << ", " << bytes << " bytes, this rank's collective #" << sequence
       << ") has waited " << static_cast<int64_t>(waited_seconds) << " s, past the deadline of "
-      << timeout_seconds_ << " s (ZERO_COLLECTIVE_TIMEOUT_S); ";
+      << (deadline_seconds > 0 ? deadline_seconds : timeout_seconds_) << " s ("
+      << (deadline_seconds > 0 && deadline_seconds != timeout_seconds_
+              ? "its CollectiveOptions::timeout_seconds"
+              : "ZERO_COLLECTIVE_TIMEOUT_S")
+      << "); ";
   const std::vector<RankProgress> progress =
       peer_progress_ ? peer_progress_() : std::vector<RankProgress>();
   const int64_t silent_after = std::max(kSilentAfterNs, 4 * poll_ns());
@@ -110,7 +118,6 @@ std::string CollectiveWatchdog::timeout_message(const char* op, int64_t bytes, i
 }
 
 void CollectiveWatchdog::watch() {
-  const int64_t timeout_ns = timeout_seconds_ * 1000000000LL;
   const auto poll = std::chrono::nanoseconds(poll_ns());
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -121,13 +128,14 @@ void CollectiveWatchdog::watch() {
     if (started == 0) continue;
     const int64_t now = now_ns();
     const int64_t waited = now - started;
-    if (waited < timeout_ns) continue;
+    const int64_t deadline_s = deadline_s_.load(std::memory_order_relaxed);
+    if (waited < deadline_s * 1000000000LL) continue;
     const char* op = op_.load(std::memory_order_relaxed);
     const int64_t bytes = bytes_.load(std::memory_order_relaxed);
     const int64_t sequence = entered_.load(std::memory_order_relaxed);
     // The collective may have ended meanwhile; a stale read here only means a message about a
     // collective that took the whole deadline anyway.
-    const std::string message = timeout_message(op, bytes, sequence, waited / 1e9, now);
+    const std::string message = timeout_message(op, bytes, sequence, waited / 1e9, now, deadline_s);
     std::fprintf(stderr, "%s\n", message.c_str());
     std::fflush(stderr);
     abort_();

@@ -23,7 +23,8 @@
 // - The deadline covers time inside the communicator only. A rank that computes for an hour
 //   between two collectives is not timed out itself; its peers, waiting in the next collective,
 //   are, which is the intended reading: the job made no progress for the deadline.
-// - 0 turns the deadline off (no thread is started).
+// - 0 turns the deadline off (no thread is started), also for collectives that ask for their
+//   own deadline (CollectiveOptions::timeout_seconds), which otherwise replaces it.
 #pragma once
 
 #include <atomic>
@@ -63,9 +64,12 @@ class CollectiveWatchdog {
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
   /// Marks one collective in flight for its lifetime. `op` must be a string literal.
+  /// `timeout_seconds` > 0 replaces the watchdog's deadline for this collective
+  /// (CollectiveOptions::timeout_seconds).
   class Scope {
    public:
-    Scope(CollectiveWatchdog& watchdog, const char* op, int64_t bytes);
+    Scope(CollectiveWatchdog& watchdog, const char* op, int64_t bytes,
+          int64_t timeout_seconds = 0);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -77,10 +81,11 @@ class CollectiveWatchdog {
   /// The count of collectives this rank has entered (what it publishes on the progress board).
   int64_t entered() const { return entered_.load(std::memory_order_relaxed); }
 
-  /// The message a timeout prints at steady-clock time `now_ns` (for tests of its wording;
-  /// does not abort).
+  /// The message a timeout prints at steady-clock time `now` for a collective whose deadline
+  /// was `deadline_seconds` (0: the watchdog's own), for tests of its wording; does not abort.
   std::string timeout_message(const char* op, int64_t bytes, int64_t sequence,
-                              double waited_seconds, int64_t now) const;
+                              double waited_seconds, int64_t now,
+                              int64_t deadline_seconds = 0) const;
 
   /// A peer whose heartbeat is older than this (and than 4 of the watchdog's wake-ups) is
   /// reported silent: stopped or dead.
@@ -102,6 +107,7 @@ class CollectiveWatchdog {
 
   std::atomic<int64_t> entered_{0};
   std::atomic<int64_t> started_ns_{0};  // steady_clock ns of the collective in flight; 0: none
+  std::atomic<int64_t> deadline_s_{0};   // its deadline in seconds
   std::atomic<const char*> op_{nullptr};
   std::atomic<int64_t> bytes_{0};
 

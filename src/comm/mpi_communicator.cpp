@@ -1,7 +1,7 @@
 // The MPI backend of zero::Communicator for CPU tensors.
 //
 // Schedules (see docs/benchmarks.md, "Collectives", for the measurements behind them):
-//   reduce_scatter  ring of MPI_Sendrecv + our own add (Note [Deterministic ring reduction]).
+//   reduce_scatter  ring of MPI_Sendrecv + our own add (Note [MPI ring order]).
 //                   MPI_Reduce_scatter(_block) is several times slower on OpenMPI 4.1 and
 //                   has no bf16/fp16 sum; MPI_Allreduce/MPI_Reduce_scatter do not promise a
 //                   rank order either. When the input is a buffer from allocate_buffer and
@@ -14,9 +14,15 @@
 //                   identical results on every rank, same summation order as reduce_scatter.
 //   broadcast       MPI_Bcast, in pieces of at most max_message_bytes.
 //
-// Thread safety: one thread at a time may run collectives on an instance (MPI is initialized
-// with MPI_THREAD_MULTIPLE where available; MPI_THREAD_SERIALIZED is accepted, which is all
-// that rule needs). stats() and reset_stats() may be called from any thread at any time.
+// Progress: a collective is validated and counted on the thread that issues it, then runs on
+// the communicator's progress thread, in issue order; the returned Work completes when it has
+// run. That thread is the only one that calls MPI after construction (MPI_THREAD_SERIALIZED
+// suffices; MPI_THREAD_MULTIPLE is asked for), and it is what lets communication overlap
+// compute: OpenMPI 4.1's non-blocking collectives progress only inside MPI calls, so a
+// thread that sits in the blocking call is how a collective advances while backward runs.
+// in_order tasks run there too; a collective issued from inside one runs at once. Once a task
+// fails, the later collectives and tasks fail without running (Task::breaks_sequence).
+// stats() and reset_stats() may be called from any thread at any time.
 //
 // Errors: the communicator runs on its own duplicate of MPI_COMM_WORLD with
 // MPI_ERRORS_RETURN, so an MPI failure becomes a zero::Error naming the op, the rank, the
@@ -33,6 +39,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include <functional>
 #include <climits>
 #include <cstdlib>
@@ -145,24 +154,72 @@ struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
 
-// What one call was asked to do, for error messages (built only when an error is reported).
+// What one call was asked to do: its buffers (handles, kept alive until it has run) and, for
+// error messages, its arguments.
 struct Call {
   const char* op;
-  const at::Tensor* input = nullptr;   // reduce_scatter/all_gather input; all_reduce/broadcast buffer
-  const at::Tensor* output = nullptr;
-  const std::vector<int64_t>* counts = nullptr;
+  at::Tensor input;   // reduce_scatter/all_gather input; all_reduce/broadcast buffer
+  at::Tensor output;
+  std::vector<int64_t> counts;
+  bool has_counts = false;
   bool has_root = false;
   int root = 0;
 };
 
-void describe_tensor(std::ostringstream& out, const char* name, const at::Tensor* t) {
+// How a chunked buffer is split among the ranks: chunk c is counts[c] elements at offsets[c].
+struct Chunks {
+  std::vector<int64_t> counts;
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+};
+
+void describe_tensor(std::ostringstream& out, const char* name, const at::Tensor& t) {
   out << "; " << name << ": ";
-  if (!t->defined()) {
+  if (!t.defined()) {
     out << "undefined";
     return;
   }
-  out << t->numel() << " elements of " << c10::toString(t->scalar_type());
+  out << t.numel() << " elements of " << c10::toString(t.scalar_type());
 }
+
+// A collective or task in flight on the progress thread (zero::Work).
+class MpiWork final : public Work {
+ public:
+  explicit MpiWork(CommStats stats) : stats_(stats) {}
+
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [this] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool wait_for(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!done_cv_.wait_for(lock, timeout, [this] { return done_; })) return false;
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+  bool completed() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  CommStats stats() const override { return stats_; }
+
+  void finish(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+      error_ = std::move(error);
+    }
+    done_cv_.notify_all();
+  }
+
+ private:
+  const CommStats stats_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -199,13 +256,18 @@ class MpiCommunicator final : public Communicator {
         [this](int64_t now_ns) { shared_->publish_heartbeat(now_ns); },
         [this] { return shared_->peer_progress(); },
         [this] { MPI_Abort(comm_, kCollectiveTimeoutExitCode); });
-    counts_.resize(static_cast<size_t>(size_));
-    offsets_.resize(static_cast<size_t>(size_));
     mpi_counts_.resize(static_cast<size_t>(size_));
     mpi_displs_.resize(static_cast<size_t>(size_));
+    progress_ = std::thread([this] { progress(); });
   }
 
   ~MpiCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    progress_.join();   // runs what was issued first
     watchdog_.reset();  // its callbacks use shared_
     shared_.reset();
     int finalized = 0;
@@ -216,110 +278,129 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend_name() const override { return "mpi"; }
+  CommCapabilities capabilities() const override {
+    CommCapabilities capabilities;
+    capabilities.deterministic_reduction = true;  // Note [MPI ring order]
+    capabilities.shared_buffers = shared_->enabled();
+    return capabilities;
+  }
 
-  void all_reduce(const at::Tensor& buffer, ReduceOp op) override {
-    const Call call{"all_reduce", &buffer};
+  WorkHandle all_reduce(const at::Tensor& buffer, ReduceOp op,
+                        const CollectiveOptions& options) override {
+    Call call{"all_reduce", buffer};
     check_tensor(call, buffer, "buffer", /*reduction=*/true);
-    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, buffer.nbytes());
     const int64_t numel = buffer.numel();
     const int64_t es = buffer.element_size();
     // Ownership: a balanced split, the first numel % N ranks own one element more.
-    const int64_t base = numel / size_;
-    const int64_t extra = numel % size_;
-    for (int c = 0; c < size_; ++c) counts_[c] = base + (c < extra ? 1 : 0);
-    set_offsets();
-    if (size_ > 1 && numel > 0) {
-      std::byte* data = bytes_of(buffer);
-      ring_reduce_scatter(call, data, buffer.scalar_type(), es, op,
-                          data + offsets_[rank_] * es);
-      all_gather_in_place(call, data, es);
-    }
-    const int64_t moved = size_ > 1 ? 2 * (numel - counts_[rank_]) * es : 0;
-    count(&CommStats::all_reduce, moved);
+    std::vector<int64_t> counts(static_cast<size_t>(size_));
+    for (int c = 0; c < size_; ++c) counts[c] = numel / size_ + (c < numel % size_ ? 1 : 0);
+    Chunks chunks = chunks_of(std::move(counts));
+    const int64_t moved = size_ > 1 ? 2 * (numel - chunks.counts[rank_]) * es : 0;
+    return issue(call, &CommStats::all_reduce, moved, buffer.nbytes(), options,
+                 [this, call, chunks = std::move(chunks), op] {
+      if (size_ == 1 || call.input.numel() == 0) return;
+      const int64_t es = call.input.element_size();
+      std::byte* data = bytes_of(call.input);
+      ring_reduce_scatter(call, chunks, data, call.input.scalar_type(), es, op,
+                          data + chunks.offsets[rank_] * es);
+      all_gather_in_place(call, chunks, data, es);
+    });
   }
 
-  void reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
-                      const std::vector<int64_t>& counts) override {
-    const Call call{"reduce_scatter", &input, &output, &counts};
-    check_chunked(call, input, "input", output, "output", /*reduction=*/true);
-    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, input.nbytes());
+  WorkHandle reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                            const std::vector<int64_t>& counts,
+                            const CollectiveOptions& options) override {
+    Call call{"reduce_scatter", input, output, counts, /*has_counts=*/true};
+    Chunks chunks = check_chunked(call, input, "input", output, "output", /*reduction=*/true);
     const int64_t es = input.element_size();
-    std::byte* in = bytes_of(input);
-    std::byte* own = in + offsets_[rank_] * es;
-    std::byte* out = bytes_of(output);
-    const int64_t own_bytes = counts_[rank_] * es;
-
-    if (size_ > 1) {
-      // total_ is the same on every rank, so this choice (and the collective inside
-      // locate_inputs) is taken by all ranks alike.
-      std::vector<const std::byte*> inputs;
-      if (total_ * es >= kSharedMinBytes) inputs = shared_->locate_inputs(in, total_ * es);
-      if (!inputs.empty()) {
-        shared_reduce_scatter(call, inputs, input.scalar_type(), es, op, out);
-      } else {
-        ring_reduce_scatter(call, in, input.scalar_type(), es, op, out);
+    const int64_t moved = size_ > 1 ? (chunks.total - chunks.counts[rank_]) * es : 0;
+    return issue(call, &CommStats::reduce_scatter, moved, input.nbytes(), options,
+                 [this, call, chunks = std::move(chunks), op] {
+      const int64_t es = call.input.element_size();
+      std::byte* in = bytes_of(call.input);
+      std::byte* own = in + chunks.offsets[rank_] * es;
+      std::byte* out = bytes_of(call.output);
+      const int64_t own_bytes = chunks.counts[rank_] * es;
+      if (size_ > 1) {
+        // The total is the same on every rank, so this choice (and the collective inside
+        // locate_inputs) is taken by all ranks alike.
+        std::vector<const std::byte*> inputs;
+        if (chunks.total * es >= kSharedMinBytes) {
+          inputs = shared_->locate_inputs(in, chunks.total * es);
+        }
+        if (!inputs.empty()) {
+          shared_reduce_scatter(call, chunks, inputs, call.input.scalar_type(), es, op, out);
+        } else {
+          ring_reduce_scatter(call, chunks, in, call.input.scalar_type(), es, op, out);
+        }
+      } else if (own_bytes > 0 && out != own) {
+        std::memcpy(out, own, static_cast<size_t>(own_bytes));
       }
-    } else if (own_bytes > 0 && out != own) {
-      std::memcpy(out, own, static_cast<size_t>(own_bytes));
-    }
-    count(&CommStats::reduce_scatter, size_ > 1 ? (total_ - counts_[rank_]) * es : 0);
-  }
-
-  [[noreturn]] void abort_job(int exit_code) override {
-    MPI_Abort(comm_, exit_code);
-    std::_Exit(exit_code);  // MPI_Abort does not return; this satisfies [[noreturn]]
+    });
   }
 
   at::Tensor allocate_buffer(int64_t numel, at::ScalarType dtype) override {
     ZERO_CHECK(numel >= 0, "allocate_buffer on rank ", rank_, ": numel must be >= 0, got ", numel);
     const auto options = at::TensorOptions().dtype(dtype);
-    const CollectiveWatchdog::Scope watched(*watchdog_, "allocate_buffer",
-                                            numel * static_cast<int64_t>(c10::elementSize(dtype)));
-    std::function<void(void*)> deleter;
-    std::byte* data = shared_->allocate(numel * c10::elementSize(dtype), &deleter);
-    if (data == nullptr) return at::zeros({numel}, options);
-    return at::from_blob(data, {numel}, deleter, options);
+    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+    at::Tensor buffer;
+    // Collective (shared segments are made by every rank together): in order, like the others.
+    issue(Call{"allocate_buffer"}, nullptr, 0, bytes, {}, [&] {
+      std::function<void(void*)> deleter;
+      std::byte* data = shared_->allocate(bytes, &deleter);
+      buffer = data == nullptr ? at::zeros({numel}, options)
+                               : at::from_blob(data, {numel}, deleter, options);
+    })->wait();
+    return buffer;
   }
 
-  void all_gather(const at::Tensor& input, const at::Tensor& output,
-                  const std::vector<int64_t>& counts) override {
-    const Call call{"all_gather", &input, &output, &counts};
-    check_chunked(call, output, "output", input, "input", /*reduction=*/false);
-    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, output.nbytes());
+  WorkHandle all_gather(const at::Tensor& input, const at::Tensor& output,
+                        const std::vector<int64_t>& counts,
+                        const CollectiveOptions& options) override {
+    Call call{"all_gather", input, output, counts, /*has_counts=*/true};
+    Chunks chunks = check_chunked(call, output, "output", input, "input", /*reduction=*/false);
     const int64_t es = output.element_size();
-    std::byte* out = bytes_of(output);
-    std::byte* own = out + offsets_[rank_] * es;
-    const std::byte* in = bytes_of(input);
-    const int64_t own_bytes = counts_[rank_] * es;
-
-    if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
-    if (size_ > 1) all_gather_in_place(call, out, es);
-    count(&CommStats::all_gather, size_ > 1 ? (total_ - counts_[rank_]) * es : 0);
+    const int64_t moved = size_ > 1 ? (chunks.total - chunks.counts[rank_]) * es : 0;
+    return issue(call, &CommStats::all_gather, moved, output.nbytes(), options,
+                 [this, call, chunks = std::move(chunks)] {
+      const int64_t es = call.output.element_size();
+      std::byte* out = bytes_of(call.output);
+      std::byte* own = out + chunks.offsets[rank_] * es;
+      const std::byte* in = bytes_of(call.input);
+      const int64_t own_bytes = chunks.counts[rank_] * es;
+      if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
+      if (size_ > 1) all_gather_in_place(call, chunks, out, es);
+    });
   }
 
-  void broadcast(const at::Tensor& buffer, int root) override {
-    Call call{"broadcast", &buffer};
+  WorkHandle broadcast(const at::Tensor& buffer, int root,
+                       const CollectiveOptions& options) override {
+    Call call{"broadcast", buffer};
     call.has_root = true;
     call.root = root;
     check_tensor(call, buffer, "buffer", /*reduction=*/false);
     ZERO_CHECK(root >= 0 && root < size_, describe(call), ": root must be in [0, ", size_,
                "), got ", root);
     const int64_t bytes = buffer.numel() * buffer.element_size();
-    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, bytes);
-    if (size_ > 1) {
-      std::byte* data = bytes_of(buffer);
+    return issue(call, &CommStats::broadcast, size_ > 1 && rank_ != root ? bytes : 0, bytes,
+                 options, [this, call, bytes] {
+      if (size_ == 1) return;
+      std::byte* data = bytes_of(call.input);
       for (int64_t done = 0; done < bytes; done += max_message_bytes_) {
         const int piece = static_cast<int>(std::min(max_message_bytes_, bytes - done));
-        check_mpi(call, MPI_Bcast(data + done, piece, MPI_BYTE, root, comm_), "MPI_Bcast");
+        check_mpi(call, MPI_Bcast(data + done, piece, MPI_BYTE, call.root, comm_), "MPI_Bcast");
       }
-    }
-    count(&CommStats::broadcast, size_ > 1 && rank_ != root ? bytes : 0);
+    });
   }
 
-  void barrier() override {
+  WorkHandle barrier(const CollectiveOptions& options) override {
     const Call call{"barrier"};
-    const CollectiveWatchdog::Scope watched(*watchdog_, call.op, 0);
-    check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier");
+    return issue(call, nullptr, 0, 0, options,
+                 [this, call] { check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier"); });
+  }
+
+  WorkHandle in_order(std::function<void()> task) override {
+    return issue(Call{"in_order task"}, nullptr, 0, 0, {}, std::move(task), /*watched=*/false);
   }
 
   CommStats stats() const override {
@@ -333,25 +414,102 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // ---- the progress thread ---------------------------------------------------------------
+
+  struct Task {
+    const char* op;
+    std::function<void()> run;
+    std::shared_ptr<MpiWork> work;
+    // An in_order task that fails may have issued fewer collectives than its peers' did: the
+    // sequence the ranks share is broken, so everything after it fails too. A failed
+    // collective was issued by every rank alike: the sequence holds.
+    bool breaks_sequence = false;
+  };
+
+  // Counts the collective (`which` null: not a collective) and runs `body` on the progress
+  // thread in issue order (at once when issued from that thread, inside a task), under the
+  // collective deadline unless `watched` is false (a task's own collectives are watched).
+  WorkHandle issue(const Call& call, CollectiveCount CommStats::*which, int64_t moved,
+                   int64_t bytes, const CollectiveOptions& options, std::function<void()> body,
+                   bool watched = true) {
+    CommStats counted;
+    if (which != nullptr) {
+      (counted.*which).calls = 1;
+      (counted.*which).bytes = moved;
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      stats_ += counted;
+    }
+    auto work = std::make_shared<MpiWork>(counted);
+    std::function<void()> run = [this, op = call.op, bytes, watched, body = std::move(body),
+                                 timeout = options.timeout_seconds] {
+      if (!watched) return body();
+      const CollectiveWatchdog::Scope scope(*watchdog_, op, bytes, timeout);
+      body();
+    };
+    if (std::this_thread::get_id() == progress_id_) {
+      run();  // inside a task: the task is itself in order (errors propagate to it)
+      work->finish(nullptr);
+      return work;
+    }
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      ZERO_INTERNAL_ASSERT(!stopping_, call.op, " issued to a communicator being destroyed");
+      queue_.push_back(Task{call.op, std::move(run), work, /*breaks_sequence=*/!watched});
+    }
+    queue_cv_.notify_one();
+    return work;
+  }
+
+  void progress() {
+    progress_id_ = std::this_thread::get_id();
+    std::string broken;  // the first failure; later tasks fail with it
+    std::unique_lock<std::mutex> lock(queue_mutex_);
+    while (true) {
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything issued has run
+      Task task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr error;
+      if (!broken.empty()) {
+        error = std::make_exception_ptr(Error(std::string(task.op) + " on rank " +
+                                              std::to_string(rank_) + " was not run: " + broken));
+      } else {
+        try {
+          task.run();
+        } catch (const std::exception& e) {
+          error = std::current_exception();
+          if (task.breaks_sequence) broken = "an earlier " + std::string(task.op) + " failed: " + e.what();
+        } catch (...) {
+          error = std::current_exception();
+          if (task.breaks_sequence) broken = "an earlier " + std::string(task.op) + " failed";
+        }
+      }
+      task.work->finish(error);
+      lock.lock();
+    }
+  }
+
+ private:
   // ---- validation ----------------------------------------------------------------------
 
   std::string describe(const Call& call) const {
     std::ostringstream out;
     out << call.op << " (" << backend_name() << ", rank " << rank_ << " of world size "
         << size_;
-    if (call.input != nullptr) {
-      describe_tensor(out, call.output != nullptr ? "input" : "buffer", call.input);
+    if (call.input.defined() || call.output.defined()) {
+      describe_tensor(out, call.output.defined() ? "input" : "buffer", call.input);
     }
-    if (call.output != nullptr) describe_tensor(out, "output", call.output);
-    if (call.counts != nullptr) {
+    if (call.output.defined()) describe_tensor(out, "output", call.output);
+    if (call.has_counts) {
       out << "; counts ";
-      if (call.counts->empty()) {
+      if (call.counts.empty()) {
         out << "{} (equal chunks)";
       } else {
         out << "{";
-        const size_t shown = std::min<size_t>(call.counts->size(), 16);
-        for (size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << (*call.counts)[i];
-        if (shown < call.counts->size()) out << ", ... (" << call.counts->size() << " in all)";
+        const size_t shown = std::min<size_t>(call.counts.size(), 16);
+        for (size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << call.counts[i];
+        if (shown < call.counts.size()) out << ", ... (" << call.counts.size() << " in all)";
         out << "}";
       }
     }
@@ -389,66 +547,58 @@ class MpiCommunicator final : public Communicator {
                c10::toString(output.scalar_type()), ")");
   }
 
-  // Fills counts_/offsets_/total_ from `counts`, or N chunks of `chunk` elements when empty.
-  void set_counts(const Call& call, const std::vector<int64_t>& counts, int64_t chunk) {
-    if (counts.empty()) {
-      std::fill(counts_.begin(), counts_.end(), chunk);
-    } else {
-      ZERO_CHECK(counts.size() == static_cast<size_t>(size_), describe(call),
-                 ": counts must have one entry per rank (", size_, "), got ", counts.size());
-      for (int c = 0; c < size_; ++c) {
-        ZERO_CHECK(counts[c] >= 0, describe(call), ": counts[", c, "] = ", counts[c],
-                   " is negative");
-        counts_[c] = counts[c];
-      }
+  // The chunks `counts` describes (offsets and total filled in).
+  Chunks chunks_of(std::vector<int64_t> counts) const {
+    Chunks chunks;
+    chunks.counts = std::move(counts);
+    chunks.offsets.resize(chunks.counts.size());
+    for (size_t c = 0; c < chunks.counts.size(); ++c) {
+      chunks.offsets[c] = chunks.total;
+      chunks.total += chunks.counts[c];
     }
-    set_offsets();
+    return chunks;
   }
 
-  void set_offsets() {
-    int64_t offset = 0;
-    for (int c = 0; c < size_; ++c) {
-      offsets_[c] = offset;
-      offset += counts_[c];
-    }
-    total_ = offset;
-  }
-
-  // Validates a chunked collective and sets counts_/offsets_/total_: `whole` holds sum(counts)
-  // elements laid out chunk by chunk, `part` holds this rank's chunk and is either exactly
-  // whole's own chunk (in place) or does not overlap `whole` at all.
-  void check_chunked(const Call& call, const at::Tensor& whole, const char* whole_name,
-                     const at::Tensor& part, const char* part_name, bool reduction) {
+  // Validates a chunked collective and returns its chunks: `whole` holds sum(counts) elements
+  // laid out chunk by chunk (N chunks of part.numel() when `counts` is empty), `part` holds this
+  // rank's chunk and is either exactly whole's own chunk (in place) or does not overlap `whole`.
+  Chunks check_chunked(const Call& call, const at::Tensor& whole, const char* whole_name,
+                       const at::Tensor& part, const char* part_name, bool reduction) const {
     check_tensor(call, whole, whole_name, reduction);
     check_tensor(call, part, part_name, reduction);
     check_same_dtype(call, whole, part);
-    set_counts(call, *call.counts, part.numel());
-    ZERO_CHECK(whole.numel() == total_, describe(call), ": ", whole_name,
-               " must hold sum(counts) = ", total_, " elements, got ", whole.numel());
-    ZERO_CHECK(part.numel() == counts_[rank_], describe(call), ": ", part_name,
-               " must hold counts[", rank_, "] = ", counts_[rank_], " elements, got ",
+    if (!call.counts.empty()) {
+      ZERO_CHECK(call.counts.size() == static_cast<size_t>(size_), describe(call),
+                 ": counts must have one entry per rank (", size_, "), got ", call.counts.size());
+      for (int c = 0; c < size_; ++c) {
+        ZERO_CHECK(call.counts[c] >= 0, describe(call), ": counts[", c, "] = ", call.counts[c],
+                   " is negative");
+      }
+    }
+    const Chunks chunks =
+        chunks_of(call.counts.empty() ? std::vector<int64_t>(static_cast<size_t>(size_), part.numel())
+                                      : call.counts);
+    ZERO_CHECK(whole.numel() == chunks.total, describe(call), ": ", whole_name,
+               " must hold sum(counts) = ", chunks.total, " elements, got ", whole.numel());
+    ZERO_CHECK(part.numel() == chunks.counts[rank_], describe(call), ": ", part_name,
+               " must hold counts[", rank_, "] = ", chunks.counts[rank_], " elements, got ",
                part.numel());
     const int64_t es = whole.element_size();
-    const std::byte* own = bytes_of(whole) + offsets_[rank_] * es;
+    const std::byte* own = bytes_of(whole) + chunks.offsets[rank_] * es;
     const std::byte* part_data = bytes_of(part);
-    const int64_t own_bytes = counts_[rank_] * es;
+    const int64_t own_bytes = chunks.counts[rank_] * es;
     ZERO_CHECK(own_bytes == 0 || part_data == own ||
-                   !overlaps(part_data, own_bytes, bytes_of(whole), total_ * es),
+                   !overlaps(part_data, own_bytes, bytes_of(whole), chunks.total * es),
                describe(call), ": ", part_name, " overlaps ", whole_name, " but is not ",
-               whole_name, "'s own chunk ", rank_, " (elements [", offsets_[rank_], ", ",
-               offsets_[rank_] + counts_[rank_], ")); in place, ", part_name,
+               whole_name, "'s own chunk ", rank_, " (elements [", chunks.offsets[rank_], ", ",
+               chunks.offsets[rank_] + chunks.counts[rank_], ")); in place, ", part_name,
                " must be exactly that chunk");
+    return chunks;
   }
 
   void check_mpi(const Call& call, int rc, const char* function) const {
     if (rc == MPI_SUCCESS) return;
     ZERO_CHECK(false, describe(call), ": ", function, " failed: ", mpi_error_string(rc));
-  }
-
-  void count(CollectiveCount CommStats::*which, int64_t bytes) {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
-    (stats_.*which).calls += 1;
-    (stats_.*which).bytes += bytes;
   }
 
   // ---- schedules ---------------------------------------------------------------------------
@@ -469,7 +619,8 @@ class MpiCommunicator final : public Communicator {
     return scratch_.get();
   }
 
-  // Note [Deterministic ring reduction]: at step s = 0..N-2 rank r sends its working copy of
+  // Note [MPI ring order] (the order Note [Deterministic reduction] in zero/comm.h asks of a
+  // deterministic backend): at step s = 0..N-2 rank r sends its working copy of
   // chunk (r-s-1) mod N to rank r+1 and receives chunk (r-s-2) mod N from rank r-1, reducing
   // the received partial into its own copy of that chunk. Chunk c therefore starts on rank
   // c+1 and picks up the ranks' contributions in the order c+2, ..., c: element-wise, the
@@ -484,12 +635,12 @@ class MpiCommunicator final : public Communicator {
   // same step as without segmentation, so the order above is unchanged. Messages between two
   // neighbours are matched in posting order; each rank's (step, segment) position only waits
   // on neighbours at an earlier or equal position, so the schedule cannot deadlock.
-  void ring_reduce_scatter(const Call& call, std::byte* base, c10::ScalarType dtype,
-                           int64_t es, ReduceOp op, std::byte* result) {
+  void ring_reduce_scatter(const Call& call, const Chunks& chunks, std::byte* base,
+                           c10::ScalarType dtype, int64_t es, ReduceOp op, std::byte* result) {
     const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
-    const int64_t largest = *std::max_element(counts_.begin(), counts_.end());
+    const int64_t largest = *std::max_element(chunks.counts.begin(), chunks.counts.end());
     std::byte* recv = scratch(std::min(seg, largest) * es);
-    ring_schedule(call, base, es, seg, /*shift=*/1, "MPI_Sendrecv (ring reduce-scatter)",
+    ring_schedule(call, chunks, base, es, seg, /*shift=*/1, "MPI_Sendrecv (ring reduce-scatter)",
                   [&](int, int64_t, std::byte*) {
                     return recv;  // segments land in the scratch buffer, then get reduced
                   },
@@ -505,19 +656,20 @@ class MpiCommunicator final : public Communicator {
   // recv_chunk_base)` says where a received segment lands; `received(step, offset,
   // recv_chunk_base, n)` runs after each Sendrecv with the n elements received.
   template <typename Destination, typename Received>
-  void ring_schedule(const Call& call, std::byte* base, int64_t es, int64_t seg, int shift,
-                     const char* what, Destination&& destination, Received&& received) {
+  void ring_schedule(const Call& call, const Chunks& chunks, std::byte* base, int64_t es,
+                     int64_t seg, int shift, const char* what, Destination&& destination,
+                     Received&& received) {
     const int next = mod(rank_ + 1);
     const int prev = mod(rank_ - 1);
     for (int s = 0; s + 1 < size_; ++s) {
       const int send_chunk = mod(rank_ - s - shift);
       const int recv_chunk = mod(rank_ - s - shift - 1);
-      const int64_t send_n = counts_[send_chunk];
-      const int64_t recv_n = counts_[recv_chunk];
+      const int64_t send_n = chunks.counts[send_chunk];
+      const int64_t recv_n = chunks.counts[recv_chunk];
       const int64_t send_segs = ceil_div(send_n, seg);
       const int64_t recv_segs = ceil_div(recv_n, seg);
-      std::byte* send_base = base + offsets_[send_chunk] * es;
-      std::byte* recv_base = base + offsets_[recv_chunk] * es;
+      std::byte* send_base = base + chunks.offsets[send_chunk] * es;
+      std::byte* recv_base = base + chunks.offsets[recv_chunk] * es;
       for (int64_t k = 0; k < std::max(send_segs, recv_segs); ++k) {
         // A side that has run out of segments passes no pointer: its chunk may be empty (a
         // null base), and an offset past its end is not a pointer into it.
@@ -542,11 +694,12 @@ class MpiCommunicator final : public Communicator {
   // Note [Shared-memory reduce-scatter]: every rank's input is mapped here; rank c sums chunk
   // c of all of them in the ring's order, block by block (a block of partial sums stays in
   // cache while the N inputs stream through it).
-  void shared_reduce_scatter(const Call& call, const std::vector<const std::byte*>& inputs,
-                             c10::ScalarType dtype, int64_t es, ReduceOp op, std::byte* out) {
+  void shared_reduce_scatter(const Call& call, const Chunks& chunks,
+                             const std::vector<const std::byte*>& inputs, c10::ScalarType dtype,
+                             int64_t es, ReduceOp op, std::byte* out) {
     const int c = rank_;
-    const int64_t n = counts_[c];
-    const int64_t chunk_offset = offsets_[c] * es;
+    const int64_t n = chunks.counts[c];
+    const int64_t chunk_offset = chunks.offsets[c] * es;
     constexpr int64_t kBlock = 16384;  // elements
     std::byte* partial = size_ > 2 ? scratch(std::min(kBlock, std::max<int64_t>(n, 1)) * es)
                                    : nullptr;
@@ -567,14 +720,14 @@ class MpiCommunicator final : public Communicator {
     check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier (shared-memory reduce-scatter)");
   }
 
-  // Chunk c of `base` (laid out by counts_/offsets_) is valid on rank c; afterwards every
-  // chunk is valid everywhere.
-  void all_gather_in_place(const Call& call, std::byte* base, int64_t es) {
-    if (total_ == 0) return;
-    if (!ring_all_gather_ && total_ * es <= max_message_bytes_) {
+  // Chunk c of `base` (laid out by `chunks`) is valid on rank c; afterwards every chunk is
+  // valid everywhere.
+  void all_gather_in_place(const Call& call, const Chunks& chunks, std::byte* base, int64_t es) {
+    if (chunks.total == 0) return;
+    if (!ring_all_gather_ && chunks.total * es <= max_message_bytes_) {
       for (int c = 0; c < size_; ++c) {
-        mpi_counts_[c] = static_cast<int>(counts_[c] * es);
-        mpi_displs_[c] = static_cast<int>(offsets_[c] * es);
+        mpi_counts_[c] = static_cast<int>(chunks.counts[c] * es);
+        mpi_displs_[c] = static_cast<int>(chunks.offsets[c] * es);
       }
       check_mpi(call,
                 MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, mpi_counts_.data(),
@@ -585,7 +738,7 @@ class MpiCommunicator final : public Communicator {
     // Ring: at step s rank r forwards chunk (r-s) mod N to r+1 and receives chunk (r-s-1)
     // mod N from r-1 straight into place; segmented like the reduce-scatter.
     const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
-    ring_schedule(call, base, es, seg, /*shift=*/0, "MPI_Sendrecv (ring all-gather)",
+    ring_schedule(call, chunks, base, es, seg, /*shift=*/0, "MPI_Sendrecv (ring all-gather)",
                   [](int, int64_t offset, std::byte* recv_base) { return recv_base + offset; },
                   [](int, int64_t, std::byte*, int64_t) {});
   }
@@ -602,10 +755,7 @@ class MpiCommunicator final : public Communicator {
   int64_t max_message_bytes_ = 0;
   bool ring_all_gather_ = false;
 
-  // Per-call layout, kept as members so that calls do not allocate.
-  std::vector<int64_t> counts_;
-  std::vector<int64_t> offsets_;
-  int64_t total_ = 0;
+  // Used by the progress thread only (so are scratch_ and the schedules).
   std::vector<int> mpi_counts_;
   std::vector<int> mpi_displs_;
 
@@ -614,6 +764,13 @@ class MpiCommunicator final : public Communicator {
 
   mutable std::mutex stats_mutex_;
   CommStats stats_;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::thread progress_;
+  std::atomic<std::thread::id> progress_id_{};
 };
 
 }  // namespace
@@ -633,6 +790,12 @@ std::shared_ptr<Communicator> make_mpi_communicator(const MpiOptions& options) {
 
 std::shared_ptr<Communicator> make_mpi_communicator() {
   return comm::make_mpi_communicator(comm::MpiOptions::from_env());
+}
+
+void abort_mpi_job(int exit_code) {
+  comm::MpiRuntime::ensure_initialized();
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; this satisfies [[noreturn]]
 }
 
 }  // namespace zero

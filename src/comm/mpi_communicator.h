@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "zero/comm.h"
+#include "zero/comm_mpi.h"
 
 namespace zero::comm {
 

@@ -1,4 +1,4 @@
-// Elementwise reductions of the ring collectives (see Note [Deterministic ring reduction] in
+// Elementwise reductions of the ring collectives (see Note [MPI ring order] in
 // zero/comm.h):
 //
 //   reduce_into:  dst[i] = op(dst[i], src[i])     for i in [0, n)

@@ -13,7 +13,7 @@
 //   2. each rank reads every mailbox and decides whether it can see every peer's input; an
 //      MPI_Allreduce(MIN) makes the decision unanimous (otherwise all ranks take the ring);
 //   3. rank c computes ((x[c+1] + x[c+2]) + ...) + x[c] block by block, the order of
-//      Note [Deterministic ring reduction], so results are bitwise those of the ring;
+//      Note [MPI ring order], so results are bitwise those of the ring;
 //   4. a barrier, so no rank returns (and lets its caller overwrite its input) while a peer
 //      still reads it.
 // Segments are created with shm_open, reserved with posix_fallocate (so a full /dev/shm fails

@@ -239,7 +239,7 @@ void FlatEngine::allocate_state() {
   master_ = param_dtype_ == at::kFloat ? update_params : update_params.to(at::kFloat);
   optimizer_ = std::make_unique<ShardOptimizer>(config_.optimizer, update_range_.size());
   // Every rank starts from rank 0's parameters.
-  counted([&] { comm_->broadcast(params_flat_, 0); });
+  counted(comm_->broadcast(params_flat_, 0))->wait();
   if (param_dtype_ != at::kFloat) {
     master_.copy_(params_flat_.narrow(0, update_range_.begin, update_range_.size()));
   }
@@ -295,7 +295,7 @@ void FlatEngine::finish_backward() {
     for (auto& bucket : buckets_) bucket.pending = 0;
     launch_ready_buckets();
   }
-  queue_->wait();
+  wait_submitted();
   if (stage_ == 2) {
     std::lock_guard<std::mutex> lock(pool_mutex_);
     bucket_pool_.clear();  // no gradient-sized memory stays resident after backward
@@ -338,10 +338,11 @@ void FlatEngine::launch_ready_buckets() {
 void FlatEngine::launch_bucket(int index) {
   Bucket& bucket = buckets_[index];
   if (stage_ == 2 && !bucket.buffer.defined()) acquire_bucket_buffer(bucket);
-  queue_->submit([this, index] { reduce_bucket(buckets_[index]); });
+  submit([this, index] { reduce_bucket(buckets_[index]); });
 }
 
-// Reduces one bucket; see Note [Bucket order] and Note [Deterministic ring reduction].
+// Reduces one bucket, in the communicator's order (submit); see Note [Bucket order] and Note
+// [Deterministic reduction] in zero/comm.h.
 void FlatEngine::reduce_bucket(Bucket& bucket) {
   const std::vector<int64_t> counts = layout_.owner_counts(bucket.range);
   const Range owned = intersect(bucket.range, layout_.owned(rank_));
@@ -357,8 +358,9 @@ void FlatEngine::reduce_bucket(Bucket& bucket) {
     work = bucket.buffer;
   }
   at::Tensor own = work.narrow(0, own_offset, counts[rank_]);
-  counted([&] { comm_->reduce_scatter(work, own, ReduceOp::kSum, counts); });
-  if (all_reduce) counted([&] { comm_->all_gather(own, work, counts); });
+  // In order on the communicator (submit), so these run at once.
+  counted(comm_->reduce_scatter(work, own, ReduceOp::kSum, counts))->wait();
+  if (all_reduce) counted(comm_->all_gather(own, work, counts))->wait();
 
   if (stage_ < 2) {
     if (!work.is_same(grads_view)) {
@@ -448,7 +450,8 @@ void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank)
     ZERO_CHECK(it != slots_.end(), "zero::GatheredParameters: a tensor of shape ", p.sizes(),
                " is not a trainable parameter of this engine's model");
     const Range range{it->offset, it->offset + it->numel};
-    counted([&] { comm_->broadcast(params_flat_.narrow(0, range.begin, range.size()), modifier_rank); });
+    counted(comm_->broadcast(params_flat_.narrow(0, range.begin, range.size()), modifier_rank))
+        ->wait();
     // The fp32 master copy of the part this rank updates takes the new values too.
     const Range updated = intersect(range, update_range_);
     if (param_dtype_ != at::kFloat && !updated.empty()) {
@@ -460,6 +463,7 @@ void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank)
 
 void FlatEngine::all_gather_parameters() {
   const int64_t chunk = std::max<int64_t>(1, config_.zero_optimization.allgather_bucket_size);
+  WorkHandle last;
   for (int64_t begin = 0; begin < layout_.padded_numel; begin += chunk) {
     const Range range{begin, std::min(layout_.padded_numel, begin + chunk)};
     const std::vector<int64_t> counts = layout_.owner_counts(range);
@@ -467,8 +471,9 @@ void FlatEngine::all_gather_parameters() {
     at::Tensor output = params_flat_.narrow(0, range.begin, range.size());
     at::Tensor input = output.narrow(0, owned.empty() ? 0 : owned.begin - range.begin,
                                      counts[rank_]);
-    counted([&] { comm_->all_gather(input, output, counts); });
+    last = counted(comm_->all_gather(input, output, counts));
   }
+  if (last) last->wait();  // collectives complete in order
 }
 
 void FlatEngine::zero_gradients() {

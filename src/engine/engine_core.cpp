@@ -94,7 +94,6 @@ EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& c
                                                                               : comm_dtype_;
   scheduler_ = make_scheduler(config_);
   lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
-  queue_ = std::make_unique<CommQueue>(config_.zero_optimization.overlap_comm);
   // An unwritable csv_monitor path fails on rank 0 alone: the error waits for
   // check_ranks_agree, where every rank fails together (Note [Agreeing on a failure]).
   startup_error_ =
@@ -108,7 +107,7 @@ EngineCore::~EngineCore() { shutdown(); }
 
 void EngineCore::shutdown() noexcept {
   try {
-    if (queue_) queue_->wait();
+    wait_submitted();
   } catch (...) {
     // A failed collective was already reported by the call that waited on it, or is lost
     // with the engine; a destructor must not throw.
@@ -153,7 +152,7 @@ void EngineCore::restore_counters(const TrainingCounters& c) {
 std::string EngineCore::save_checkpoint(const std::string& dir, const std::string& tag,
                                         const std::string& client_state) {
   ZERO_CHECK(!in_backward_, "save_checkpoint during backward");
-  queue_->wait();
+  wait_submitted();
   return zero::save_checkpoint(*this, dir, tag, client_state);
 }
 
@@ -163,7 +162,7 @@ void EngineCore::check_checkpoint_destination(const std::string& dir) {
 
 std::string EngineCore::load_checkpoint(const std::string& dir, const std::string& tag) {
   ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
-  queue_->wait();
+  wait_submitted();
   return zero::load_checkpoint(*this, dir, tag);
 }
 
@@ -204,16 +203,28 @@ void EngineCore::register_gradient_hooks(const std::vector<at::Tensor>& params,
   }
 }
 
-void EngineCore::add_counts(const CommStats& before, const CommStats& after) {
+WorkHandle EngineCore::counted(WorkHandle collective) {
+  count_moved(collective->stats());
+  return collective;
+}
+
+void EngineCore::count_moved(const CommStats& moved) {
   std::lock_guard<std::mutex> lock(stats_mutex_);
-  auto add = [](CollectiveCount& total, const CollectiveCount& a, const CollectiveCount& b) {
-    total.calls += b.calls - a.calls;
-    total.bytes += b.bytes - a.bytes;
-  };
-  add(engine_stats_.all_reduce, before.all_reduce, after.all_reduce);
-  add(engine_stats_.reduce_scatter, before.reduce_scatter, after.reduce_scatter);
-  add(engine_stats_.all_gather, before.all_gather, after.all_gather);
-  add(engine_stats_.broadcast, before.broadcast, after.broadcast);
+  engine_stats_ += moved;
+}
+
+WorkHandle EngineCore::submit(std::function<void()> task) {
+  WorkHandle work = comm_->in_order(std::move(task));
+  last_submitted_ = work;
+  if (!config_.zero_optimization.overlap_comm) wait_submitted();
+  return work;
+}
+
+void EngineCore::wait_submitted() {
+  if (!last_submitted_) return;
+  const WorkHandle last = std::move(last_submitted_);
+  last_submitted_ = nullptr;
+  last->wait();
 }
 
 CommStats EngineCore::communication() const {
@@ -270,10 +281,10 @@ void EngineCore::step() {
 
 // Note [Gradient scaling].
 void EngineCore::boundary_step() {
-  queue_->wait();
+  wait_submitted();
   at::Tensor total =
       at::full({1}, local_sum_of_squares(), at::TensorOptions().dtype(at::kDouble));
-  counted([&] { comm_->all_reduce(total, ReduceOp::kSum); });
+  counted(comm_->all_reduce(total, ReduceOp::kSum))->wait();
   const double sum_squares = total.item<double>();
   const double divisor = static_cast<double>(world_) * scaler_.scale();
   global_grad_norm_ = std::sqrt(sum_squares) / divisor;

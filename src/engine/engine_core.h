@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "common/dtype_names.h"
-#include "engine/comm_queue.h"
 #include "engine/loss_scaler.h"
 #include "engine/monitor.h"
 #include "optim/shard_optimizer.h"
@@ -135,15 +134,19 @@ class EngineCore : public Engine {
 
   // ---- shared helpers ----
   /// Waits for in-flight collectives and detaches the hooks. Every subclass destructor calls
-  /// it first, while the buffers the queue's tasks use still exist. Never throws.
+  /// it first, while the buffers the submitted tasks use still exist. Never throws.
   void shutdown() noexcept;
-  /// Runs a collective and adds what it moved to this engine's counters.
-  template <typename Fn>
-  void counted(Fn&& collective) {
-    const CommStats before = comm_->stats();
-    collective();
-    add_counts(before, comm_->stats());
-  }
+  /// Adds what a collective moves to this engine's counters (Engine::communication);
+  /// returns it.
+  WorkHandle counted(WorkHandle collective);
+  void count_moved(const CommStats& moved);
+  /// Runs `task` in the communicator's order (Communicator::in_order: after the collectives
+  /// issued before it). With overlap_comm the caller goes on while it runs; without, the
+  /// caller waits for it here, so nothing overlaps.
+  WorkHandle submit(std::function<void()> task);
+  /// Waits for everything submitted so far (they complete in order: the last one suffices);
+  /// rethrows the first failure.
+  void wait_submitted();
   /// Puts a post hook on each parameter's AccumulateGrad node calling on_gradient_ready(i).
   void register_gradient_hooks(const std::vector<at::Tensor>& params,
                                const std::vector<std::string>& names);
@@ -169,13 +172,12 @@ class EngineCore : public Engine {
   std::unique_ptr<ShardOptimizer> optimizer_;
   std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
   LossScaler scaler_;
-  std::unique_ptr<CommQueue> queue_;
+  WorkHandle last_submitted_;  // the newest submit(); null when none is pending
   std::shared_ptr<HookTarget> hook_target_;
   double lr_ = 0.0;
 
  private:
   void boundary_step();
-  void add_counts(const CommStats& before, const CommStats& after);
 
   // shared_ptr or intrusive_ptr depending on the libtorch version.
   using AccumulatorPtr =

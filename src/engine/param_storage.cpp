@@ -79,7 +79,9 @@ PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
     group.full.narrow(0, group.offsets[i], params[i].numel())
         .copy_(params[i].detach().reshape({-1}));
   }
-  comm.broadcast(group.full, 0);  // every rank starts from rank 0's values
+  const WorkHandle broadcast = comm.broadcast(group.full, 0);  // rank 0's values everywhere
+  broadcast->wait();
+  group.moved = broadcast->stats();
   if (stored_dtype != compute_dtype) group.full.copy_(group.full.to(stored_dtype));  // rounded
   const Range owned = group.layout.owned(comm.rank());
   group.shard = group.full.narrow(0, owned.begin, owned.size()).to(stored_dtype, false, true);

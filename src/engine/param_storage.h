@@ -28,13 +28,15 @@ struct PartitionedGroup {
   at::Tensor shard;              // this rank's shard (stored dtype), shard_numel elements
   at::Tensor full;               // padded flat buffer (compute dtype); the parameters are
                                  // views of it
+  CommStats moved;               // what partitioning communicated (the broadcast)
 };
 
 /// Collective. Lays `params` out in one flat buffer of `compute_dtype` (in order), broadcasts
 /// rank 0's values, keeps this rank's shard in `stored_dtype`, and makes every parameter a
-/// view of the buffer. When the two dtypes differ (Note [Compute dtype] in zero/config.h) the
-/// buffer holds the stored values widened, exactly what a later gather gives. With
-/// `keep_whole` false the buffer's storage is then detached, freeing the full copy.
+/// view of the buffer (`moved` records the broadcast). When the two dtypes differ (Note
+/// [Compute dtype] in zero/config.h) the buffer holds the stored values widened, exactly what
+/// a later gather gives. With `keep_whole` false the buffer's storage is then detached,
+/// freeing the full copy.
 PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
                                       at::ScalarType stored_dtype, at::ScalarType compute_dtype,
                                       Communicator& comm, bool keep_whole,

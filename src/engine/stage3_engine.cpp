@@ -95,7 +95,7 @@ struct Group {
   int64_t shard_offset = 0;  // this rank's shard in the shard space
   at::Tensor full;           // param dtype, padded_numel; the parameters are views of it
   GroupState state = GroupState::kReleased;
-  uint64_t ticket = 0;       // the gather in flight
+  WorkHandle gather;        // the gather in flight
   at::Tensor gathered;       // the pooled buffer `full` points into while gathered
   int in_use = 0;            // running unit calls that need it
   int pins = 0;              // GatheredParameters scopes holding it
@@ -465,10 +465,9 @@ void Stage3Engine::partition() {
       partitioned = std::move(units_[group.unit].prepartitioned->group);
       units_[group.unit].prepartitioned.reset();
     } else {
-      counted([&] {
-        partitioned = partition_parameters(members, param_dtype_, compute_dtype_, *comm_,
-                                           group.persistent, group.name);
-      });
+      partitioned = partition_parameters(members, param_dtype_, compute_dtype_, *comm_,
+                                         group.persistent, group.name);
+      count_moved(partitioned.moved);
     }
     ZERO_INTERNAL_ASSERT(partitioned.layout.padded_numel == group.layout.padded_numel,
                          "group ", group.name, " partitioned with ", partitioned.layout.padded_numel,
@@ -508,7 +507,7 @@ void Stage3Engine::issue_gather(int g) {
   live_numel_ += padded;
   live_peak_numel_ = std::max(live_peak_numel_, live_numel_);
   at::Tensor output = buffer.narrow(0, 0, padded);
-  group.ticket = queue_->submit([this, g, output] { all_gather_group(g, output); });
+  group.gather = submit([this, g, output] { all_gather_group(g, output); });
 }
 
 // Gathers group g's shards into `output` (compute dtype, padded_numel elements): directly,
@@ -518,13 +517,13 @@ void Stage3Engine::all_gather_group(int g, const at::Tensor& output) {
   const Group& group = groups_[g];
   const at::Tensor input = param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel);
   if (compute_dtype_ == param_dtype_) {
-    counted([&] { comm_->all_gather(input, output); });
+    counted(comm_->all_gather(input, output))->wait();
     return;
   }
   const int64_t padded = group.layout.padded_numel;
   at::Tensor staging = gather_pool_.acquire(padded, param_shard_.options());
   const at::Tensor stored = staging.narrow(0, 0, padded);
-  counted([&] { comm_->all_gather(input, stored); });
+  counted(comm_->all_gather(input, stored))->wait();
   output.copy_(stored);
   gather_pool_.put(std::move(staging));
 }
@@ -532,7 +531,8 @@ void Stage3Engine::all_gather_group(int g, const at::Tensor& output) {
 void Stage3Engine::wait_gathered(int g) {
   Group& group = groups_[g];
   if (group.state == GroupState::kInFlight) {
-    queue_->wait_for(group.ticket);
+    group.gather->wait();
+    group.gather = nullptr;
     group.state = GroupState::kGathered;
   }
 }
@@ -756,16 +756,16 @@ void Stage3Engine::launch_reduction(int g) {
         grad_pool_.acquire(group.layout.padded_numel, param_shard_.options().dtype(comm_dtype_));
     group.grad_buffer = group.grad_pooled.narrow(0, 0, group.layout.padded_numel).zero_();
   }
-  queue_->submit([this, g] { reduce_group(g); });
+  submit([this, g] { reduce_group(g); });
 }
 
-// Runs on the communication thread; Note [Deterministic ring reduction].
+// Runs in the communicator's order (submit); Note [Deterministic reduction] in zero/comm.h.
 void Stage3Engine::reduce_group(int g) {
   Group& group = groups_[g];
   const int64_t shard = group.layout.shard_numel;
   at::Tensor work = group.grad_buffer;
   at::Tensor own = work.narrow(0, rank_ * shard, shard);
-  counted([&] { comm_->reduce_scatter(work, own, ReduceOp::kSum); });
+  counted(comm_->reduce_scatter(work, own, ReduceOp::kSum))->wait();
   at::Tensor target = grad_shard_.narrow(0, group.shard_offset, shard);
   if (config_.gradient_accumulation_steps > 1) {
     target.add_(own);
@@ -783,7 +783,7 @@ void Stage3Engine::finish_backward() {
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     if (!groups_[g].reduced) launch_reduction(g);
   }
-  queue_->wait();
+  wait_submitted();
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     if (groups_[g].pins == 0) release(g);
   }
@@ -792,7 +792,7 @@ void Stage3Engine::finish_backward() {
 
 void Stage3Engine::abandon_backward() {
   try {
-    queue_->wait();
+    wait_submitted();
   } catch (...) {
     // The autograd error is what the caller sees.
   }
@@ -858,7 +858,7 @@ std::vector<StateSegment> Stage3Engine::segments_to_save() const {
 void Stage3Engine::finish_load() {
   at::NoGradGuard no_grad;
   ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
-  queue_->wait();
+  wait_submitted();
   // The 16-bit shard is the master weights rounded, exactly as the optimizer writes it; the
   // gathered copies are stale, so everything is released and re-gathered on use.
   if (param_dtype_ != at::kFloat) param_shard_.copy_(master_);
@@ -906,7 +906,7 @@ void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_ran
       // The modifier's values become everyone's, and this rank's shard (and fp32 master)
       // takes its part of them, as stored: with a wider compute dtype they are rounded to the
       // stored dtype first, so the gathered copy, the shard and the master agree.
-      counted([&] { comm_->broadcast(group.full, modifier_rank); });
+      counted(comm_->broadcast(group.full, modifier_rank))->wait();
       if (compute_dtype_ != param_dtype_) group.full.copy_(group.full.to(param_dtype_));
       const Range owned = group.layout.owned(rank_);
       at::Tensor source = group.full.narrow(0, owned.begin, owned.size());

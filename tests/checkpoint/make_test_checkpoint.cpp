@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine_harness.h"
+#include "zero/comm_mpi.h"
 #include "zero/safetensors.h"
 #include "zero/state_dict.h"
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine_harness.h"
+#include "zero/comm_mpi.h"
 #include "zero/error.h"
 
 namespace {
@@ -122,7 +123,7 @@ double train_step(const ModelSpec& spec, torch::nn::Module& model, zero::Engine&
   engine.backward(loss);
   engine.step();
   at::Tensor total = at::full({1}, mine, at::kDouble);
-  comm.all_reduce(total, zero::ReduceOp::kSum);
+  comm.all_reduce(total, zero::ReduceOp::kSum)->wait();
   return total.item<double>() / comm.size();
 }
 
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reshard_driver: rank %d: %s\n", comm->rank(), e.what());
     std::fflush(stderr);
-    comm->abort_job(1);
+    zero::abort_mpi_job(1);
   }
   return 1;
 }
