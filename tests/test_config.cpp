@@ -278,7 +278,7 @@ TEST(Config, EffectiveJson) {
             R"("stage3_max_live_parameters":1000000000,"stage3_max_reuse_distance":1000000000,)"
             R"("stage3_model_persistence_threshold":9223372036854775807,)"
             R"("stage3_param_persistence_threshold":100000,)"
-            R"("stage3_prefetch_bucket_size":50000000}})");
+            R"("stage3_prefetch_bucket_size":50000000,"sub_group_size":1000000000}})");
   // The effective JSON is itself a config that parses to the same effective JSON.
   EXPECT_EQ(parse_config(a.effective_json, 2).effective_json, a.effective_json);
   // Equivalent configs have the same canonical form ("Adam" is AdamW by default; the triple
@@ -462,9 +462,11 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"offload to cpu", with(R"("zero_optimization": {"offload_optimizer": {"device": "cpu"}})"), 1,
        {"zero_optimization.offload_optimizer.device = \"cpu\" is not supported yet", "\"none\""}},
       {"non-default unimplemented stage3 key",
-       with(R"("zero_optimization": {"stage": 3, "sub_group_size": 1e12})"), 1,
-       {"zero_optimization.sub_group_size = 1000000000000.0 is not supported yet",
-        "1000000000", "a DeepSpeed stage-3 internal that zero does not implement"}},
+       with(R"("zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 7})"), 1,
+       {"zero_optimization.stage3_module_granularity_threshold = 7 is not supported yet",
+        "a DeepSpeed stage-3 internal that zero does not implement"}},
+      {"sub_group_size zero", with(R"("zero_optimization": {"sub_group_size": 0})"), 1,
+       {"zero_optimization.sub_group_size = 0", "an integer number of elements >= 1"}},
       {"ZeRO++", with(R"("zero_optimization": {"zero_quantized_gradients": true})"), 1,
        {"zero_optimization.zero_quantized_gradients = true is not supported yet"}},
       {"legacy cpu_offload", with(R"("zero_optimization": {"cpu_offload": true})"), 1,
@@ -870,8 +872,13 @@ TEST(Config, Stage3InvalidValues) {
     }
   }
   // The "planned" wording is gone from the unimplemented stage-3 keys.
-  EXPECT_EQ(error_of(with(R"("zero_optimization": {"sub_group_size": 1})")).find("planned"),
+  EXPECT_EQ(error_of(with(R"("zero_optimization": {"stage3_module_granularity_threshold": 1})"))
+                .find("planned"),
             std::string::npos);
+  // sub_group_size is implemented (the optimizer's tile), at every stage.
+  EXPECT_EQ(parse_config(with(R"("zero_optimization": {"stage": 1, "sub_group_size": 1e3})"), 1)
+                .zero_optimization.sub_group_size,
+            1000);
 }
 
 class ConfigFiles : public ::testing::Test {

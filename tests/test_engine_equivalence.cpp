@@ -143,6 +143,27 @@ TEST(CommunicationVariants, AreBitwiseIdenticalToStage0) {
   }
 }
 
+// sub_group_size tiles the optimizer step (Note [Shard state]): tiles of 1000 elements (not a
+// divisor of any shard) and of 1 give the untiled run's parameters bit for bit, at every stage.
+TEST(SubGroupSize, TilingTheOptimizerStepChangesNoBit) {
+  auto comm = world();
+  const ModelSpec spec = tiny_gpt2_spec();
+  RunOptions options;
+  options.gradient_clipping = kClip;
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    options.stage = stage;
+    const std::string stage3 = stage == 3 ? std::string(kStage3Partitioned) + ", " : "";
+    options.extra_zero_json = stage == 3 ? kStage3Partitioned : "";
+    const at::Tensor untiled = run_engine(spec, options, comm).parameters;
+    for (const char* tile : {"1000", "1"}) {
+      SCOPED_TRACE(std::string("sub_group_size ") + tile);
+      options.extra_zero_json = stage3 + "\"sub_group_size\": " + tile;
+      EXPECT_TRUE(at::equal(run_engine(spec, options, comm).parameters, untiled));
+    }
+  }
+}
+
 // Adam with L2 decay (DeepSpeed "Adam" with adam_w_mode false) and SGD with momentum (plain and
 // nesterov) match torch::optim::Adam / SGD like AdamW does, in every stage. Adam-L2 runs on the
 // MLP only: in GPT-2 the attention key bias has an identically zero true gradient (softmax

@@ -84,6 +84,10 @@ struct ZERO_API ZeroOptimizationConfig {
   int64_t stage3_max_live_parameters = 1000000000;     // gathered elements resident at once
   int64_t stage3_max_reuse_distance = 1000000000;      // keep a unit gathered if reused sooner
   bool stage3_gather_16bit_weights_on_model_save = false;
+  // Elements the optimizer steps at a time (DeepSpeed's sub-groups), at every stage: the
+  // working set of an offloaded step (Note [Shard state] in src/state/shard_state.h). The
+  // value never changes a result.
+  int64_t sub_group_size = 1000000000;
 };
 
 /// The `scheduler` section: DeepSpeed's learning-rate schedules (deepspeed/runtime/lr_schedules.py).

@@ -44,7 +44,6 @@
 
 #include "checkpoint/format.h"
 #include "common/bounded_input.h"
-#include "engine/engine_core.h"
 #include "common/capture_error.h"
 #include "zero/error.h"
 #include "zero/files.h"
@@ -111,13 +110,14 @@ const char* optimizer_name(OptimizerType type) {
 
 }  // namespace
 
-std::string save_checkpoint(EngineCore& engine, const std::string& dir, const std::string& tag_in,
-                            const std::string& client_state) {
-  Communicator& comm = engine.communicator();
+std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
+                            const std::string& tag_in, const std::string& client_state) {
+  Communicator& comm = subject.communicator();
+  ShardState& state = subject.shard_state();
   const int rank = comm.rank();
   const int world = comm.size();
-  const TrainingCounters counters = engine.counters();
-  const int gas = engine.config().gradient_accumulation_steps;
+  const TrainingCounters counters = subject.counters();
+  const int gas = subject.config().gradient_accumulation_steps;
   ZERO_CHECK(counters.micro_steps % gas == 0, "save_checkpoint at micro-step ",
              counters.micro_steps, ", inside an accumulation window of ", gas,
              " micro-steps: save after the step() that ends the window");
@@ -148,20 +148,20 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
   // rank has finished (or given up) writing by then.
   try {
     // 2. Every rank writes what it owns.
-    const std::vector<CheckpointParameter> params = engine.checkpoint_parameters();
-    const std::vector<StateSegment> segments = engine.segments_to_save();
+    const std::vector<CheckpointParameter> params = subject.checkpoint_parameters();
+    const std::vector<StateSegment>& segments = state.saved_segments();
     Json file_info;
     agree_on_failure(comm, "save_checkpoint", capture_error([&] {
       std::vector<std::pair<std::string, at::Tensor>> tensors;
-      const at::Tensor master = engine.master_state();
-      const auto state = engine.optimizer_state();
-      const at::Tensor param16 = engine.param_shard_state();
+      const at::Tensor& master = state.master();
+      const auto moments = state.moments();
+      const at::Tensor param16 = subject.saves_param_shard() ? state.params() : at::Tensor();
       Json pieces = Json::array();
       for (const StateSegment& s : segments) {
         const std::string& name = params[s.param].name;
         const int64_t length = s.end - s.begin;
         tensors.emplace_back(piece_key("master", name, s.begin), master.narrow(0, s.offset, length));
-        for (const auto& [kind, tensor] : state) {
+        for (const auto& [kind, tensor] : moments) {
           tensors.emplace_back(piece_key(kind, name, s.begin), tensor.narrow(0, s.offset, length));
         }
         if (param16.defined()) {
@@ -188,17 +188,17 @@ std::string save_checkpoint(EngineCore& engine, const std::string& dir, const st
 
     // 3. Rank 0 writes the metadata and publishes the checkpoint.
     agree_on_failure(comm, "save_checkpoint", rank != 0 ? std::string() : capture_error([&] {
-      const Config& config = engine.config();
+      const Config& config = subject.config();
       Json metadata;
       metadata["format"] = kFormat;
       metadata["version"] = kVersion;
       metadata["world_size"] = world;
       metadata["stage"] = config.zero_optimization.stage;
-      metadata["param_dtype"] = dtype_name(engine.param_dtype());
+      metadata["param_dtype"] = dtype_name(state.params().scalar_type());
       metadata["master_dtype"] = "fp32";
       metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
                                {"state", Json::array()}};
-      for (const auto& [kind, tensor] : engine.optimizer_state()) {
+      for (const auto& [kind, tensor] : state.moments()) {
         metadata["optimizer"]["state"].push_back(kind);
       }
       SavedCounters saved;
@@ -248,15 +248,15 @@ namespace {
 // fp32 optimizer state, the 16-bit shard at stage 3, the generator state, and the safetensors
 // header (a JSON entry per tensor: name, dtype, shape, offsets; 256 bytes each is above what a
 // GPT-2 parameter name needs).
-int64_t estimated_rank_file_bytes(EngineCore& engine) {
-  const at::Tensor param16 = engine.param_shard_state();
-  const int64_t tensors_per_piece =
-      1 + static_cast<int64_t>(engine.optimizer_state().size()) + (param16.defined() ? 1 : 0);
+int64_t estimated_rank_file_bytes(CheckpointSubject& subject) {
+  const ShardState& state = subject.shard_state();
+  const bool param16 = subject.saves_param_shard();
+  const int64_t moments = static_cast<int64_t>(state.moments().size());
+  const int64_t tensors_per_piece = 1 + moments + (param16 ? 1 : 0);
   const int64_t bytes_per_element =
-      4 * (1 + static_cast<int64_t>(engine.optimizer_state().size())) +
-      (param16.defined() ? static_cast<int64_t>(param16.element_size()) : 0);
+      4 * (1 + moments) + (param16 ? static_cast<int64_t>(state.params().element_size()) : 0);
   int64_t bytes = 0;
-  const std::vector<StateSegment> segments = engine.segments_to_save();
+  const std::vector<StateSegment>& segments = state.saved_segments();
   for (const StateSegment& s : segments) bytes += (s.end - s.begin) * bytes_per_element;
   at::Tensor rng;
   {
@@ -271,8 +271,8 @@ int64_t estimated_rank_file_bytes(EngineCore& engine) {
 
 }  // namespace
 
-void check_checkpoint_destination(EngineCore& engine, const std::string& dir) {
-  Communicator& comm = engine.communicator();
+void check_checkpoint_destination(CheckpointSubject& subject, const std::string& dir) {
+  Communicator& comm = subject.communicator();
   const int rank = comm.rank();
   const fs::path root(dir);
   // 1. Every rank can make the directory and create a file in it (each writes its own file).
@@ -297,7 +297,7 @@ void check_checkpoint_destination(EngineCore& engine, const std::string& dir) {
   // 2. Room for one more checkpoint on every file system the ranks write to: ranks that see the
   // same file system (the same f_fsid) need the sum of their files there. The metadata is small
   // next to the rank files (a few hundred bytes per parameter and piece): 1 MiB of slack.
-  const int64_t needed = estimated_rank_file_bytes(engine);
+  const int64_t needed = estimated_rank_file_bytes(subject);
   const int64_t free_bytes = static_cast<int64_t>(space.f_bavail) * static_cast<int64_t>(space.f_frsize);
   std::ostringstream mine;
   mine << space.f_fsid << " " << free_bytes << " " << needed;
@@ -327,16 +327,18 @@ void check_checkpoint_destination(EngineCore& engine, const std::string& dir) {
   }));
 }
 
-std::string load_checkpoint(EngineCore& engine, const std::string& dir, const std::string& tag_in) {
-  Communicator& comm = engine.communicator();
+std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
+                            const std::string& tag_in) {
+  Communicator& comm = subject.communicator();
   const int rank = comm.rank();
   const fs::path root(dir);
-  const std::vector<CheckpointParameter> params = engine.checkpoint_parameters();
-  const std::vector<StateSegment> wanted = engine.segments_to_load();
-  const at::Tensor master = engine.master_state();
-  const auto state = engine.optimizer_state();
+  const std::vector<CheckpointParameter> params = subject.checkpoint_parameters();
+  ShardState& shard = subject.shard_state();
+  const std::vector<StateSegment>& wanted = shard.loaded_segments();
+  const at::Tensor& master = shard.master();
+  const auto state = shard.moments();
 
-  // Everything is read and checked into staging copies first: the engine changes only after
+  // Everything is read and checked into staging copies first: the state changes only after
   // every rank has succeeded.
   at::Tensor staged_master = at::zeros_like(master);
   std::vector<at::Tensor> staged_state;
@@ -377,7 +379,7 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
       ZERO_CHECK(false, "checkpoint metadata '", (checkpoint_dir / kMetadataFile).string(),
                  "' is malformed: ", e.what());
     }
-    const std::string configured = optimizer_name(engine.config().optimizer.type);
+    const std::string configured = optimizer_name(subject.config().optimizer.type);
     ZERO_CHECK(optimizer == configured, "checkpoint '", checkpoint_dir.string(),
                "' was saved with optimizer ", optimizer, " but this config uses ", configured);
     std::vector<std::string> engine_state;
@@ -442,18 +444,17 @@ std::string load_checkpoint(EngineCore& engine, const std::string& dir, const st
   counters.skipped_steps = saved.skipped_steps;
   // Boundaries so far, in this config's micro-steps (its accumulation may differ).
   counters.micro_steps = (saved.global_steps + saved.skipped_steps) *
-                         engine.config().gradient_accumulation_steps;
+                         subject.config().gradient_accumulation_steps;
   counters.optimizer_steps = saved.optimizer_steps;
   counters.lr = saved.lr;
   counters.scaler = {saved.loss_scale, saved.current_hysteresis, saved.scaler_iteration,
                      saved.last_overflow_iteration};
-  engine.restore_counters(counters);
   if (rng.defined()) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   }
-  engine.finish_load();
+  subject.finish_load(counters);
   return layout.metadata.at("client_state").dump();
 }
 

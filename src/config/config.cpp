@@ -470,6 +470,8 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
             "use)");
   zero.stage3_gather_16bit_weights_on_model_save =
       view.get_bool(stage3_name(view, kGather16bitWeights), false);
+  zero.sub_group_size = view.get_integer("sub_group_size", 1000000000, 1, kInt64Max,
+                                         "an integer number of elements >= 1 (e.g. 1e9)");
 }
 
 void parse_zero(const ObjectView& top, Config& config) {
@@ -779,7 +781,8 @@ std::string effective_json(const Config& config) {
                                {"stage3_max_live_parameters", zero.stage3_max_live_parameters},
                                {"stage3_max_reuse_distance", zero.stage3_max_reuse_distance},
                                {"stage3_gather_16bit_weights_on_model_save",
-                                zero.stage3_gather_16bit_weights_on_model_save}};
+                                zero.stage3_gather_16bit_weights_on_model_save},
+                               {"sub_group_size", zero.sub_group_size}};
 
   if (config.scheduler) {
     const SchedulerConfig& sched = *config.scheduler;

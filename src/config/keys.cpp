@@ -202,7 +202,6 @@ const std::vector<DefaultOnlyKey>& zero_default_only() {
       {"cpu_offload_param", Kind::kValue, "null", "false", kOffloadNote},
       {"cpu_offload_use_pin_memory", Kind::kValue, "null", "false", kOffloadNote},
       {"zenflow", Kind::kValue, "null", nullptr, nullptr},
-      {"sub_group_size", Kind::kValue, "1000000000", nullptr, kStage3Note},
       {"stage3_module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
       {"module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
       {"stage3_use_all_reduce_for_fetch_params", Kind::kValue, "false", nullptr, kStage3Note},
@@ -301,7 +300,8 @@ const std::vector<std::string>& zero_implemented_keys() {
       "stage3_max_live_parameters", "max_live_parameters",
       "stage3_max_reuse_distance", "max_reuse_distance",
       "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
-      "stage3_gather_fp16_weights_on_model_save"};
+      "stage3_gather_fp16_weights_on_model_save",
+      "sub_group_size"};
   return keys;
 }
 

@@ -72,14 +72,7 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   void on_gradient_ready(int slot) override;
 
   std::vector<CheckpointParameter> checkpoint_parameters() const override;
-  std::vector<StateSegment> segments_to_save() const override {
-    return segments_within(layout_.owned(rank_));  // stage 0 too: each rank writes 1/N
-  }
-  std::vector<StateSegment> segments_to_load() const override {
-    return segments_within(update_range_);
-  }
-  at::Tensor master_state() override { return master_; }
-  void finish_load() override;
+  bool saves_param_shard() const override { return false; }
 
   // Parameters are always whole here: pinning is free and only write-back communicates.
   void pin(const std::vector<at::Tensor>& /*params*/) override {}
@@ -96,10 +89,12 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   double local_sum_of_squares() override;
   void apply_update(double grad_multiplier) override;
   void zero_gradients() override;
+  void reload_parameters() override;
 
   void collect_parameters();
   std::string describe_parameters() const;
-  // The parts of the parameters inside `range` of the flat buffer, as offsets into master_.
+  // The parts of the parameters inside `range` of the flat buffer, as offsets into the shard
+  // space (update_range_).
   std::vector<StateSegment> segments_within(Range range) const;
   void build_buckets();
   void allocate_state();
@@ -120,8 +115,8 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
 
   at::Tensor params_flat_;   // param dtype, padded_numel
   at::Tensor grads_flat_;    // stages 0/1: param dtype, padded_numel
-  at::Tensor grad_shard_;    // stage 2: grad_shard_dtype_, shard_numel
-  at::Tensor master_;        // fp32 over update_range_ (a view of params_flat_ when fp32)
+  // The shard space (Note [Shard state]) is update_range_ of the flat buffer; at stage 2 the
+  // state owns the gradient shard (grad_shard_dtype_), at stages 0/1 grads_flat_ lends it.
   std::mutex pool_mutex_;
   std::vector<at::Tensor> bucket_pool_;
 };
@@ -232,25 +227,23 @@ void FlatEngine::allocate_state() {
       slot.param.mutable_grad() =
           grads_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
     }
-  } else {
-    grad_shard_ = at::zeros({layout_.shard_numel}, options.dtype(grad_shard_dtype_));
   }
-  at::Tensor update_params = params_flat_.narrow(0, update_range_.begin, update_range_.size());
-  master_ = param_dtype_ == at::kFloat ? update_params : update_params.to(at::kFloat);
-  optimizer_ = std::make_unique<ShardOptimizer>(config_.optimizer, update_range_.size());
-  // Every rank starts from rank 0's parameters.
+  // Every rank starts from rank 0's parameters; the master weights are made from them.
   counted(comm_->broadcast(params_flat_, 0))->wait();
-  if (param_dtype_ != at::kFloat) {
-    master_.copy_(params_flat_.narrow(0, update_range_.begin, update_range_.size()));
-  }
+  state_ = std::make_unique<ShardState>(
+      config_.optimizer, params_flat_.narrow(0, update_range_.begin, update_range_.size()),
+      stage_ == 2 ? std::optional<at::ScalarType>(grad_shard_dtype_) : std::nullopt,
+      config_.zero_optimization.sub_group_size, Placement::kDevice,
+      segments_within(layout_.owned(rank_)),  // saved: stage 0 too, each rank writes 1/N
+      segments_within(update_range_));        // loaded: what the state covers
 }
 
 ModelStateBytes FlatEngine::model_state_bytes() const {
   ModelStateBytes bytes;
   bytes.params = params_flat_.nbytes();
-  bytes.grads = stage_ < 2 ? grads_flat_.nbytes() : grad_shard_.nbytes();
-  bytes.master_params = param_dtype_ == at::kFloat ? 0 : master_.nbytes();
-  bytes.optimizer_state = optimizer_->state_bytes();
+  bytes.grads = stage_ < 2 ? grads_flat_.nbytes() : state_->gradient_bytes();
+  bytes.master_params = state_->master_bytes();
+  bytes.optimizer_state = state_->moment_bytes();
   return bytes;
 }
 
@@ -374,7 +367,7 @@ void FlatEngine::reduce_bucket(Bucket& bucket) {
   }
   if (!owned.empty()) {
     at::Tensor target =
-        grad_shard_.narrow(0, owned.begin - layout_.owned(rank_).begin, owned.size());
+        state_->gradient().narrow(0, owned.begin - layout_.owned(rank_).begin, owned.size());
     if (config_.gradient_accumulation_steps > 1) {
       target.add_(own);
     } else {
@@ -386,7 +379,7 @@ void FlatEngine::reduce_bucket(Bucket& bucket) {
 
 at::Tensor FlatEngine::owned_gradient() const {
   const Range owned = layout_.owned(rank_);
-  if (stage_ == 2) return grad_shard_;
+  if (stage_ == 2) return state_->gradient();
   return grads_flat_.narrow(0, owned.begin, owned.size());
 }
 
@@ -397,13 +390,10 @@ double FlatEngine::local_sum_of_squares() {
 }
 
 void FlatEngine::apply_update(double grad_multiplier) {
-  // Stage 0 updates the whole buffer on every rank, from the all-reduced gradients.
-  at::Tensor grad = stage_ == 0 ? grads_flat_ : owned_gradient();
-  at::Tensor param_out;
-  if (param_dtype_ != at::kFloat) {
-    param_out = params_flat_.narrow(0, update_range_.begin, update_range_.size());
-  }
-  optimizer_->step(master_, grad, grad_multiplier, param_out, lr_);
+  // Stage 0 updates the whole buffer on every rank, from the all-reduced gradients; stage 1
+  // lends the owned range of the gradient buffer; stage 2's state owns its gradient shard.
+  state_->step(grad_multiplier, lr_,
+               stage_ == 0 ? grads_flat_ : stage_ == 1 ? owned_gradient() : at::Tensor());
   if (stage_ > 0) all_gather_parameters();
 }
 
@@ -430,12 +420,10 @@ std::vector<StateSegment> FlatEngine::segments_within(Range range) const {
   return segments;
 }
 
-void FlatEngine::finish_load() {
+void FlatEngine::reload_parameters() {
   at::NoGradGuard no_grad;
   // The 16-bit copy is the master weights rounded, exactly as the optimizer writes it.
-  if (param_dtype_ != at::kFloat) {
-    params_flat_.narrow(0, update_range_.begin, update_range_.size()).copy_(master_);
-  }
+  state_->round_params_from_master();
   if (stage_ > 0) all_gather_parameters();
   zero_gradients();
 }
@@ -455,7 +443,8 @@ void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank)
     // The fp32 master copy of the part this rank updates takes the new values too.
     const Range updated = intersect(range, update_range_);
     if (param_dtype_ != at::kFloat && !updated.empty()) {
-      master_.narrow(0, updated.begin - update_range_.begin, updated.size())
+      state_->master()
+          .narrow(0, updated.begin - update_range_.begin, updated.size())
           .copy_(params_flat_.narrow(0, updated.begin, updated.size()));
     }
   }
@@ -480,7 +469,7 @@ void FlatEngine::zero_gradients() {
   if (stage_ < 2) {
     grads_flat_.zero_();
   } else {
-    grad_shard_.zero_();
+    state_->gradient().zero_();
   }
 }
 

@@ -118,35 +118,27 @@ void EngineCore::shutdown() noexcept {
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> EngineCore::optimizer_state() {
-  std::vector<std::pair<std::string, at::Tensor>> state;
-  if (optimizer_->first_moment().defined()) state.emplace_back("exp_avg", optimizer_->first_moment());
-  if (optimizer_->second_moment().defined()) {
-    state.emplace_back("exp_avg_sq", optimizer_->second_moment());
-  }
-  return state;
-}
-
 TrainingCounters EngineCore::counters() const {
   TrainingCounters c;
   c.global_steps = global_steps_;
   c.skipped_steps = skipped_steps_;
   c.micro_steps = micro_steps_;
-  c.optimizer_steps = optimizer_->step_count();
+  c.optimizer_steps = state_->optimizer_steps();
   c.lr = lr_;
   c.scaler = scaler_.state();
   return c;
 }
 
-void EngineCore::restore_counters(const TrainingCounters& c) {
+void EngineCore::finish_load(const TrainingCounters& c) {
   global_steps_ = c.global_steps;
   skipped_steps_ = c.skipped_steps;
   micro_steps_ = c.micro_steps;
-  optimizer_->set_step_count(c.optimizer_steps);
+  state_->set_optimizer_steps(c.optimizer_steps);
   lr_ = c.lr;
   scaler_.restore(c.scaler);
   global_grad_norm_ = -1.0;
   window_ = BoundaryRecord{};
+  reload_parameters();
 }
 
 std::string EngineCore::save_checkpoint(const std::string& dir, const std::string& tag,

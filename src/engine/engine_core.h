@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "common/dtype_names.h"
-#include "engine/loss_scaler.h"
 #include "engine/monitor.h"
-#include "optim/shard_optimizer.h"
+#include "state/loss_scaler.h"
+#include "state/shard_state.h"
+#include "state/training_state.h"
 #include "zero/engine.h"
 #include "zero/scheduler.h"
 
@@ -28,33 +30,6 @@ double sum_of_squares(const at::Tensor& tensor);
 
 class EngineCore;
 
-// ---- what a checkpoint needs from an engine (src/checkpoint/checkpoint.cpp) ----
-
-/// Elements [begin, end) of trainable parameter `param` (flattened, in the engine's parameter
-/// list), stored at [offset, offset + end - begin) of the engine's shard-space tensors.
-struct StateSegment {
-  int param = 0;
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t offset = 0;
-};
-
-struct CheckpointParameter {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t numel = 0;
-};
-
-/// The scalars of training progress.
-struct TrainingCounters {
-  int64_t global_steps = 0;
-  int64_t skipped_steps = 0;
-  int64_t micro_steps = 0;
-  int64_t optimizer_steps = 0;
-  double lr = 0;
-  LossScaler::State scaler;
-};
-
 // Autograd hooks hold this, not the engine, and test `engine` under the mutex, so a hook that
 // fires after the engine is gone is a no-op rather than a use-after-free.
 struct HookTarget {
@@ -62,7 +37,7 @@ struct HookTarget {
   EngineCore* engine = nullptr;
 };
 
-class EngineCore : public Engine {
+class EngineCore : public Engine, public CheckpointSubject {
  public:
   EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& config,
              std::shared_ptr<Communicator> comm);
@@ -81,7 +56,6 @@ class EngineCore : public Engine {
   double learning_rate() const final { return lr_; }
   void set_learning_rate(double lr) final;
   CommStats communication() const final;
-  const Config& config() const final { return config_; }
   int rank() const final { return rank_; }
   int world_size() const final { return world_; }
 
@@ -94,27 +68,14 @@ class EngineCore : public Engine {
   std::string load_checkpoint(const std::string& dir, const std::string& tag) final;
   void check_checkpoint_destination(const std::string& dir) final;
 
-  // ---- checkpoint access (Note [Checkpoint format] in src/checkpoint/checkpoint.cpp) ----
-  /// The trainable parameters, shared ones once, in the order StateSegment::param indexes.
-  virtual std::vector<CheckpointParameter> checkpoint_parameters() const = 0;
-  /// What this rank writes: every element of every parameter is written by exactly one rank.
-  virtual std::vector<StateSegment> segments_to_save() const = 0;
-  /// What this rank's state covers and a load must fill (stage 0: everything).
-  virtual std::vector<StateSegment> segments_to_load() const = 0;
-  /// fp32 master weights over the shard space (the parameters themselves when fp32).
-  virtual at::Tensor master_state() = 0;
-  /// Stage 3 with 16-bit parameters: the owned 16-bit shard over the shard space (saved for
-  /// readers; a load rounds it from the master weights). Undefined otherwise.
-  virtual at::Tensor param_shard_state() { return at::Tensor(); }
-  /// After the master weights and optimizer state were loaded: round the parameters from
-  /// them and make whole again what must be whole (collective).
-  virtual void finish_load() = 0;
-  /// The optimizer state over the shard space, by name ("exp_avg", "exp_avg_sq").
-  std::vector<std::pair<std::string, at::Tensor>> optimizer_state();
-  TrainingCounters counters() const;
-  void restore_counters(const TrainingCounters& counters);
-  Communicator& communicator() { return *comm_; }
-  at::ScalarType param_dtype() const { return param_dtype_; }
+  // ---- CheckpointSubject (src/checkpoint/checkpoint.h) ----
+  Communicator& communicator() override { return *comm_; }
+  const Config& config() const final { return config_; }
+  ShardState& shard_state() override { return *state_; }
+  TrainingCounters counters() const override;
+  /// Restores the counters, then the stage makes the parameters whole from the loaded master
+  /// weights (reload_parameters; collective).
+  void finish_load(const TrainingCounters& counters) override;
 
  protected:
   // ---- what a stage provides ----
@@ -131,6 +92,9 @@ class EngineCore : public Engine {
   /// lr_, then makes the parameters every rank needs whole again.
   virtual void apply_update(double grad_multiplier) = 0;
   virtual void zero_gradients() = 0;
+  /// After a load committed the shard state: round the parameters from the master weights and
+  /// make whole again what must be whole (collective).
+  virtual void reload_parameters() = 0;
 
   // ---- shared helpers ----
   /// Waits for in-flight collectives and detaches the hooks. Every subclass destructor calls
@@ -169,7 +133,7 @@ class EngineCore : public Engine {
   at::ScalarType grad_shard_dtype_;
   bool in_backward_ = false;
 
-  std::unique_ptr<ShardOptimizer> optimizer_;
+  std::unique_ptr<ShardState> state_;  // Note [Shard state]; made by the stage
   std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
   LossScaler scaler_;
   WorkHandle last_submitted_;  // the newest submit(); null when none is pending

@@ -176,13 +176,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
       const std::function<void(const std::string&, const at::Tensor&)>& visit) override;
 
   std::vector<CheckpointParameter> checkpoint_parameters() const override;
-  std::vector<StateSegment> segments_to_save() const override;
-  std::vector<StateSegment> segments_to_load() const override { return segments_to_save(); }
-  at::Tensor master_state() override { return master_; }
-  at::Tensor param_shard_state() override {
-    return param_dtype_ == at::kFloat ? at::Tensor() : param_shard_;
-  }
-  void finish_load() override;
+  bool saves_param_shard() const override { return param_dtype_ != at::kFloat; }
 
  private:
   void begin_backward() override;
@@ -191,6 +185,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   double local_sum_of_squares() override;
   void apply_update(double grad_multiplier) override;
   void zero_gradients() override;
+  void reload_parameters() override;
 
   void collect_parameters();
   std::string describe_parameters() const;
@@ -221,9 +216,10 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   int64_t num_parameters_ = 0;
   int64_t shard_numel_ = 0;  // this rank's shard space
 
-  at::Tensor param_shard_;  // param dtype, shard space: the source of every gather
-  at::Tensor master_;       // fp32 (param_shard_ itself when params are fp32)
-  at::Tensor grad_shard_;   // grad_shard_dtype_, shard space
+  // Param dtype, the shard space (this rank's shard of every group): the source of every
+  // gather, and the copy the shard state's updates write (Note [Shard state]).
+  at::Tensor param_shard_;
+  std::vector<StateSegment> owned_segments() const;  // this rank's shard space, by parameter
   BufferPool gather_pool_;
   BufferPool grad_pool_;
 
@@ -476,18 +472,19 @@ void Stage3Engine::partition() {
     group.full = partitioned.full;
     group.state = group.persistent ? GroupState::kGathered : GroupState::kReleased;
   }
-  master_ = param_dtype_ == at::kFloat ? param_shard_ : param_shard_.to(at::kFloat);
-  grad_shard_ = at::zeros({shard_numel_}, options.dtype(grad_shard_dtype_));
-  optimizer_ = std::make_unique<ShardOptimizer>(config_.optimizer, shard_numel_);
+  const std::vector<StateSegment> owned = owned_segments();
+  state_ = std::make_unique<ShardState>(config_.optimizer, param_shard_, grad_shard_dtype_,
+                                        config_.zero_optimization.sub_group_size,
+                                        Placement::kDevice, owned, owned);
 }
 
 ModelStateBytes Stage3Engine::model_state_bytes() const {
   ModelStateBytes bytes;
   bytes.params = param_shard_.nbytes();
   if (persistent_group_ >= 0) bytes.params += groups_[persistent_group_].full.nbytes();
-  bytes.grads = grad_shard_.nbytes();
-  bytes.master_params = param_dtype_ == at::kFloat ? 0 : master_.nbytes();
-  bytes.optimizer_state = optimizer_->state_bytes();
+  bytes.grads = state_->gradient_bytes();
+  bytes.master_params = state_->master_bytes();
+  bytes.optimizer_state = state_->moment_bytes();
   bytes.gathered_peak =
       live_peak_numel_ * static_cast<int64_t>(c10::elementSize(compute_dtype_));
   return bytes;
@@ -766,7 +763,7 @@ void Stage3Engine::reduce_group(int g) {
   at::Tensor work = group.grad_buffer;
   at::Tensor own = work.narrow(0, rank_ * shard, shard);
   counted(comm_->reduce_scatter(work, own, ReduceOp::kSum))->wait();
-  at::Tensor target = grad_shard_.narrow(0, group.shard_offset, shard);
+  at::Tensor target = state_->gradient().narrow(0, group.shard_offset, shard);
   if (config_.gradient_accumulation_steps > 1) {
     target.add_(own);
   } else {
@@ -810,13 +807,11 @@ void Stage3Engine::abandon_backward() {
 
 double Stage3Engine::local_sum_of_squares() {
   // Padding contributes zeros (the gradient buffers are zeroed), so the whole shard will do.
-  return sum_of_squares(grad_shard_);
+  return sum_of_squares(state_->gradient());
 }
 
 void Stage3Engine::apply_update(double grad_multiplier) {
-  at::Tensor param_out;
-  if (param_dtype_ != at::kFloat) param_out = param_shard_;
-  optimizer_->step(master_, grad_shard_, grad_multiplier, param_out, lr_);
+  state_->step(grad_multiplier, lr_);
   gather_persistent();
 }
 
@@ -830,7 +825,7 @@ void Stage3Engine::gather_persistent() {
                                  group.full.options()));
 }
 
-void Stage3Engine::zero_gradients() { grad_shard_.zero_(); }
+void Stage3Engine::zero_gradients() { state_->gradient().zero_(); }
 
 // ---- checkpoints ------------------------------------------------------------------------
 
@@ -840,7 +835,7 @@ std::vector<CheckpointParameter> Stage3Engine::checkpoint_parameters() const {
   return result;
 }
 
-std::vector<StateSegment> Stage3Engine::segments_to_save() const {
+std::vector<StateSegment> Stage3Engine::owned_segments() const {
   std::vector<StateSegment> segments;
   for (const auto& group : groups_) {
     const Range owned = group.layout.owned(rank_);
@@ -855,13 +850,13 @@ std::vector<StateSegment> Stage3Engine::segments_to_save() const {
   return segments;
 }
 
-void Stage3Engine::finish_load() {
+void Stage3Engine::reload_parameters() {
   at::NoGradGuard no_grad;
   ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
   wait_submitted();
   // The 16-bit shard is the master weights rounded, exactly as the optimizer writes it; the
   // gathered copies are stale, so everything is released and re-gathered on use.
-  if (param_dtype_ != at::kFloat) param_shard_.copy_(master_);
+  state_->round_params_from_master();
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     ZERO_CHECK(groups_[g].pins == 0, "load_checkpoint while a zero::GatheredParameters holds unit '",
                groups_[g].name, "'");
@@ -912,7 +907,7 @@ void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_ran
       at::Tensor source = group.full.narrow(0, owned.begin, owned.size());
       param_shard_.narrow(0, group.shard_offset, owned.size()).copy_(source);
       if (param_dtype_ != at::kFloat) {
-        master_.narrow(0, group.shard_offset, owned.size()).copy_(source);
+        state_->master().narrow(0, group.shard_offset, owned.size()).copy_(source);
       }
     }
     if (!group.persistent) {

@@ -152,8 +152,9 @@ int64_t ShardOptimizer::state_bytes() const {
   return bytes;
 }
 
-void ShardOptimizer::step(const at::Tensor& master, const at::Tensor& grad,
-                          double grad_multiplier, const at::Tensor& param_out, double lr) {
+void ShardOptimizer::update(int64_t first, int64_t last, const at::Tensor& master,
+                            const at::Tensor& grad, double grad_multiplier,
+                            const at::Tensor& param_out, double lr) {
   ZERO_INTERNAL_ASSERT(master.scalar_type() == at::kFloat && master.is_contiguous() &&
                            master.numel() == numel_,
                        "master shard must be contiguous fp32 of ", numel_, " elements");
@@ -162,7 +163,9 @@ void ShardOptimizer::step(const at::Tensor& master, const at::Tensor& grad,
   ZERO_INTERNAL_ASSERT(!param_out.defined() ||
                            (param_out.is_contiguous() && param_out.numel() == numel_),
                        "parameter shard must be contiguous with ", numel_, " elements");
-  ++step_count_;
+  ZERO_INTERNAL_ASSERT(0 <= first && first <= last && last <= numel_, "update of [", first, ", ",
+                       last, ") outside the shard's ", numel_, " elements");
+  ZERO_INTERNAL_ASSERT(step_count_ > 0, "update before begin_step");
   float* master_ptr = master.data_ptr<float>();
 
   if (config_.type == OptimizerType::kSGD) {
@@ -177,7 +180,7 @@ void ShardOptimizer::step(const at::Tensor& master, const at::Tensor& grad,
     s.use_momentum = config_.momentum != 0.0;
     float* buf = exp_avg_.defined() ? exp_avg_.data_ptr<float>() : nullptr;
     dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-      at::parallel_for(0, numel_, kGrainSize, [&](int64_t begin, int64_t end) {
+      at::parallel_for(first, last, kGrainSize, [&](int64_t begin, int64_t end) {
         sgd_loop(master_ptr, g, out, buf, begin, end, s);
       });
     });
@@ -202,7 +205,7 @@ void ShardOptimizer::step(const at::Tensor& master, const at::Tensor& grad,
   float* m = exp_avg_.data_ptr<float>();
   float* v = exp_avg_sq_.data_ptr<float>();
   dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-    at::parallel_for(0, numel_, kGrainSize, [&](int64_t begin, int64_t end) {
+    at::parallel_for(first, last, kGrainSize, [&](int64_t begin, int64_t end) {
       adam_loop(master_ptr, g, out, m, v, begin, end, s);
     });
   });

@@ -17,12 +17,18 @@ class ShardOptimizer {
   /// `numel`: elements of the owned shard (padding included: padded elements stay zero).
   ShardOptimizer(const OptimizerConfig& config, int64_t numel);
 
-  /// One update. `master`: fp32 [numel], updated in place. `grad`: fp32/bf16/fp16 [numel];
-  /// the gradient used is grad * grad_multiplier. `param_out`: undefined when `master` is the
-  /// parameter storage itself (fp32 training), else a bf16/fp16 [numel] tensor that receives
-  /// the rounded master weights. Matches torch::optim::AdamW / Adam / SGD numerically.
-  void step(const at::Tensor& master, const at::Tensor& grad, double grad_multiplier,
-            const at::Tensor& param_out, double lr);
+  /// Starts one optimizer step: advances the step count (Adam's bias correction, SGD's first
+  /// step). Then update() covers the shard, in one range or in tiles.
+  void begin_step() { ++step_count_; }
+
+  /// The current step on elements [begin, end) of the shard. `master`: fp32 [numel], updated in
+  /// place. `grad`: fp32/bf16/fp16 [numel]; the gradient used is grad * grad_multiplier.
+  /// `param_out`: undefined when `master` is the parameter storage itself (fp32 training),
+  /// else a bf16/fp16 [numel] tensor that receives the rounded master weights. Each element's
+  /// update reads and writes that element alone, so any split into ranges gives the same bits.
+  /// Matches torch::optim::AdamW / Adam / SGD numerically.
+  void update(int64_t begin, int64_t end, const at::Tensor& master, const at::Tensor& grad,
+              double grad_multiplier, const at::Tensor& param_out, double lr);
 
   int64_t step_count() const { return step_count_; }
   /// For checkpoints: the steps taken so far (Adam's bias correction, SGD's first step).

@@ -1,4 +1,4 @@
-#include "engine/loss_scaler.h"
+#include "state/loss_scaler.h"
 
 #include <algorithm>
 #include <cmath>

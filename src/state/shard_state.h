@@ -1,0 +1,100 @@
+// What a rank keeps for the elements its optimizer updates. See Note [Shard state].
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "optim/shard_optimizer.h"
+#include "state/training_state.h"
+#include "zero/config.h"
+
+namespace zero {
+
+// Note [Shard state]
+// ~~~~~~~~~~~~~~~~~~
+// The "shard space" of a rank is the flat range of elements its optimizer updates: its 1/N of
+// the padded parameters at stages 1-3 (at stage 3, its shards of every group, concatenated),
+// all of them at stage 0. Over it one ShardState holds
+//   - the parameter copy the update writes (a view into the engine's parameter storage: the
+//     flat buffer at stages 0-2, the partitioned shard at stage 3),
+//   - the fp32 master weights (that copy itself when parameters are fp32),
+//   - the optimizer's moments and step count (ShardOptimizer),
+//   - the reduced gradient, where the stage keeps one of its own (stages 2 and 3: the owned
+//     gradient shard; stages 0 and 1 reduce into the full gradient buffer and lend its range),
+//   - the segments that map the space back to parameter names and element ranges: what this
+//     rank saves, and what a load must fill (they differ at stage 0, which holds everything but
+//     saves its 1/N), the vocabulary of checkpoints (src/checkpoint).
+// A placement says where the tensors live: host memory or the model's device today (the same
+// on CPU ranks), files on NVMe next. The optimizer steps the space in tiles of at most
+// sub_group_size elements, so an offloaded state needs one tile in memory at a time; each
+// element's update reads and writes that element alone, so the tiling changes no bit.
+
+enum class Placement {
+  kHost,    // host memory
+  kDevice,  // the memory of the device the parameters live on
+};
+
+class ShardState {
+ public:
+  /// `params`: the parameter-dtype copy of the shard space that updates write (contiguous; its
+  /// values become the master weights). `gradient_dtype`: the dtype of the gradient shard this
+  /// state owns, or nullopt when the engine lends its gradient to step(). `saved` and `loaded`:
+  /// the segments this rank writes to a checkpoint and those a load fills (offsets into the
+  /// space). Throws zero::Error for a placement it cannot honour (host state for device
+  /// parameters needs the offload of a later issue).
+  ShardState(const OptimizerConfig& optimizer, at::Tensor params,
+             std::optional<at::ScalarType> gradient_dtype, int64_t tile_numel,
+             Placement placement, std::vector<StateSegment> saved,
+             std::vector<StateSegment> loaded);
+
+  int64_t numel() const { return params_.numel(); }
+  Placement placement() const { return placement_; }
+  int64_t tile_numel() const { return tile_numel_; }
+
+  const at::Tensor& params() const { return params_; }
+  /// fp32 master weights over the space (params() itself when the parameters are fp32).
+  const at::Tensor& master() const { return master_; }
+  /// The owned gradient shard; undefined when the gradient is lent (stages 0-1).
+  const at::Tensor& gradient() const { return gradient_; }
+  /// The optimizer's moments by checkpoint name: Adam {"exp_avg", "exp_avg_sq"}, SGD with
+  /// momentum {"exp_avg"} (the momentum buffer), plain SGD none.
+  std::vector<std::pair<std::string, at::Tensor>> moments() const;
+  const std::vector<StateSegment>& saved_segments() const { return saved_; }
+  const std::vector<StateSegment>& loaded_segments() const { return loaded_; }
+
+  int64_t optimizer_steps() const { return optimizer_.step_count(); }
+  void set_optimizer_steps(int64_t steps) { optimizer_.set_step_count(steps); }
+
+  /// Bytes of the master weights (0 when they are the fp32 parameters), the moments, and the
+  /// owned gradient shard.
+  int64_t master_bytes() const;
+  int64_t moment_bytes() const { return optimizer_.state_bytes(); }
+  int64_t gradient_bytes() const { return gradient_.defined() ? gradient_.nbytes() : 0; }
+
+  /// One optimizer step over the space, tile by tile: the gradient (the owned shard when
+  /// `lent` is undefined) times `grad_multiplier`, at learning rate `lr`; writes the master
+  /// weights, the moments and, for 16-bit parameters, the rounded parameter copy.
+  void step(double grad_multiplier, double lr, const at::Tensor& lent = at::Tensor());
+
+  /// After a load filled the master weights: the 16-bit parameter copy becomes them rounded,
+  /// exactly as a step writes it.
+  void round_params_from_master();
+
+ private:
+  at::Tensor params_;
+  at::Tensor master_;
+  at::Tensor gradient_;
+  ShardOptimizer optimizer_;
+  int64_t tile_numel_;
+  Placement placement_;
+  std::vector<StateSegment> saved_;
+  std::vector<StateSegment> loaded_;
+};
+
+}  // namespace zero
