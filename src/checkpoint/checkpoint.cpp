@@ -201,17 +201,7 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
       for (const auto& [kind, tensor] : state.moments()) {
         metadata["optimizer"]["state"].push_back(kind);
       }
-      SavedCounters saved;
-      saved.global_steps = counters.global_steps;
-      saved.skipped_steps = counters.skipped_steps;
-      saved.micro_steps = counters.micro_steps;
-      saved.optimizer_steps = counters.optimizer_steps;
-      saved.gradient_accumulation_steps = gas;
-      saved.lr = counters.lr;
-      saved.loss_scale = counters.scaler.scale;
-      saved.current_hysteresis = counters.scaler.current_hysteresis;
-      saved.scaler_iteration = counters.scaler.iteration;
-      saved.last_overflow_iteration = counters.scaler.last_overflow_iteration;
+      const SavedCounters saved{counters, gas};
       metadata["counters"] = counters_to_json(saved);
       metadata["scheduler"] = config.scheduler.has_value();
       // The whole effective config, for readers (zero-ckpt inspect); a load uses its own.
@@ -439,16 +429,10 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
     master.copy_(staged_master);
     for (size_t k = 0; k < state.size(); ++k) state[k].second.copy_(staged_state[k]);
   }
-  TrainingCounters counters;
-  counters.global_steps = saved.global_steps;
-  counters.skipped_steps = saved.skipped_steps;
+  TrainingCounters counters = saved.training;
   // Boundaries so far, in this config's micro-steps (its accumulation may differ).
-  counters.micro_steps = (saved.global_steps + saved.skipped_steps) *
+  counters.micro_steps = (counters.global_steps + counters.skipped_steps) *
                          subject.config().gradient_accumulation_steps;
-  counters.optimizer_steps = saved.optimizer_steps;
-  counters.lr = saved.lr;
-  counters.scaler = {saved.loss_scale, saved.current_hysteresis, saved.scaler_iteration,
-                     saved.last_overflow_iteration};
   if (rng.defined()) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());

@@ -73,17 +73,16 @@ CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& 
     s.master_dtype = m.at("master_dtype").get<std::string>();
     s.optimizer = m.at("optimizer").at("type").get<std::string>();
     s.optimizer_state = m.at("optimizer").at("state").get<std::vector<std::string>>();
-    const SavedCounters c = counters_from_json(m.at("counters"));
+    const SavedCounters saved = counters_from_json(m.at("counters"));
+    const TrainingCounters& c = saved.training;
     s.global_steps = c.global_steps;
     s.skipped_steps = c.skipped_steps;
     s.micro_steps = c.micro_steps;
     s.optimizer_steps = c.optimizer_steps;
-    s.gradient_accumulation_steps = c.gradient_accumulation_steps;
+    s.gradient_accumulation_steps = saved.gradient_accumulation_steps;
     s.lr = c.lr;
-    s.loss_scaler.scale = c.loss_scale;
-    s.loss_scaler.current_hysteresis = c.current_hysteresis;
-    s.loss_scaler.iteration = c.scaler_iteration;
-    s.loss_scaler.last_overflow_iteration = c.last_overflow_iteration;
+    s.loss_scaler = {c.scaler.scale, c.scaler.current_hysteresis, c.scaler.iteration,
+                     c.scaler.last_overflow_iteration};
     s.scheduler = m.at("scheduler").get<bool>();
     s.client_state = m.at("client_state").dump();
     s.config = m.value("config", Json::object()).dump();

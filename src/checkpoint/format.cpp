@@ -305,34 +305,36 @@ const at::Tensor& piece_tensor(const SafetensorsFile& file, const fs::path& path
   return value;
 }
 
-nlohmann::json counters_to_json(const SavedCounters& c) {
+nlohmann::json counters_to_json(const SavedCounters& saved) {
+  const TrainingCounters& c = saved.training;
   return {{"global_steps", c.global_steps},
           {"skipped_steps", c.skipped_steps},
           {"micro_steps", c.micro_steps},
           {"optimizer_steps", c.optimizer_steps},
-          {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+          {"gradient_accumulation_steps", saved.gradient_accumulation_steps},
           {"lr", c.lr},
           {"loss_scaler",
-           {{"scale", c.loss_scale},
-            {"current_hysteresis", c.current_hysteresis},
-            {"iteration", c.scaler_iteration},
-            {"last_overflow_iteration", c.last_overflow_iteration}}}};
+           {{"scale", c.scaler.scale},
+            {"current_hysteresis", c.scaler.current_hysteresis},
+            {"iteration", c.scaler.iteration},
+            {"last_overflow_iteration", c.scaler.last_overflow_iteration}}}};
 }
 
 SavedCounters counters_from_json(const nlohmann::json& json) {
-  SavedCounters c;
+  SavedCounters saved;
+  TrainingCounters& c = saved.training;
   c.global_steps = json.at("global_steps").get<int64_t>();
   c.skipped_steps = json.at("skipped_steps").get<int64_t>();
   c.micro_steps = json.at("micro_steps").get<int64_t>();
   c.optimizer_steps = json.at("optimizer_steps").get<int64_t>();
-  c.gradient_accumulation_steps = json.at("gradient_accumulation_steps").get<int>();
+  saved.gradient_accumulation_steps = json.at("gradient_accumulation_steps").get<int>();
   c.lr = json.at("lr").get<double>();
   const nlohmann::json& scaler = json.at("loss_scaler");
-  c.loss_scale = scaler.at("scale").get<double>();
-  c.current_hysteresis = scaler.at("current_hysteresis").get<int>();
-  c.scaler_iteration = scaler.at("iteration").get<int64_t>();
-  c.last_overflow_iteration = scaler.at("last_overflow_iteration").get<int64_t>();
-  return c;
+  c.scaler.scale = scaler.at("scale").get<double>();
+  c.scaler.current_hysteresis = scaler.at("current_hysteresis").get<int>();
+  c.scaler.iteration = scaler.at("iteration").get<int64_t>();
+  c.scaler.last_overflow_iteration = scaler.at("last_overflow_iteration").get<int64_t>();
+  return saved;
 }
 
 }  // namespace zero::checkpoint_format

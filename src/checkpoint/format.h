@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "state/training_state.h"
 #include "zero/checkpoint.h"
 
 namespace zero {
@@ -79,19 +80,12 @@ uint32_t file_crc32(const std::filesystem::path& path, int64_t* bytes);
 std::filesystem::path verify_rank_file(const std::filesystem::path& checkpoint_dir,
                                        const nlohmann::json& files, int index);
 
-/// metadata.json "counters": training progress, written by save_checkpoint and read by
+/// metadata.json "counters": training progress (the engine's TrainingCounters) and the
+/// accumulation steps its micro-steps were counted in; written by save_checkpoint and read by
 /// load_checkpoint and inspect_checkpoint.
 struct SavedCounters {
-  int64_t global_steps = 0;
-  int64_t skipped_steps = 0;
-  int64_t micro_steps = 0;
-  int64_t optimizer_steps = 0;
+  TrainingCounters training;
   int gradient_accumulation_steps = 1;
-  double lr = 0.0;
-  double loss_scale = 1.0;
-  int current_hysteresis = 1;
-  int64_t scaler_iteration = 0;
-  int64_t last_overflow_iteration = -1;
 };
 nlohmann::json counters_to_json(const SavedCounters& counters);
 /// Throws (nlohmann::json's error) when a key is missing or of the wrong type.
