@@ -92,7 +92,7 @@ TEST(Memory, ModelStateBytesFollowZeroFormulas) {
     options.dtype = "bf16";
     options.steps = 1;
     const RunResult run = run_engine(tiny_gpt2_spec(), options, comm);
-    const ShardLayout layout = shard_layout(run.engine->num_parameters(), n, 64);
+    const ShardLayout layout = shard_layout(run.engine->num_parameters(), n, kShardAlignment);
     const int64_t p = layout.padded_numel;
     const ModelStateBytes bytes = run.engine->model_state_bytes();
     SCOPED_TRACE("stage " + std::to_string(stage));
@@ -156,7 +156,7 @@ TEST(Communication, BytesPerStepEqualReduceScatterPlusAllGather) {
       auto engine =
           initialize(model, parse_config(make_config_json(options), n, "t"), comm);
       const ModelSpec spec = tiny_gpt2_spec();
-      const ShardLayout layout = shard_layout(engine->num_parameters(), n, 64);
+      const ShardLayout layout = shard_layout(engine->num_parameters(), n, kShardAlignment);
       const int64_t element = std::string(dtype) == "fp32" ? 4 : 2;
       const int64_t moved = (layout.padded_numel - layout.shard_numel) * element;
       for (int step = 0; step < 2; ++step) {
@@ -189,7 +189,7 @@ TEST(Communication, Fp32ReductionOfBf16Gradients) {
     options.stage = stage;
     options.extra_top_json = "\"communication_data_type\": \"fp32\"";
     const RunResult fp32_comm = run_engine(tiny_gpt2_spec(), options, comm);
-    const ShardLayout layout = shard_layout(fp32_comm.engine->num_parameters(), n, 64);
+    const ShardLayout layout = shard_layout(fp32_comm.engine->num_parameters(), n, kShardAlignment);
     const int64_t moved = layout.padded_numel - layout.shard_numel;
     const CommStats stats = fp32_comm.engine->communication();
     EXPECT_EQ(stats.reduce_scatter.bytes, options.steps * moved * 4);

@@ -27,7 +27,6 @@
 namespace zero::test {
 namespace {
 
-constexpr int64_t kAlignment = 64;  // the engine's shard alignment (Note [Shard layout])
 constexpr const char* kPartitioned = "\"stage3_param_persistence_threshold\": 0";
 
 // The groups the engine forms (Note [Stage 3 units]) for a model whose units have no nested
@@ -63,7 +62,7 @@ ExpectedGroups expected_groups(torch::nn::Module& model, int64_t threshold) {
 // Bytes a ring moves for a collective over `numel` padded elements (Note [Counting
 // communicated bytes]).
 int64_t ring_bytes(int64_t numel, int world, int64_t element_size) {
-  const ShardLayout layout = shard_layout(numel, world, kAlignment);
+  const ShardLayout layout = shard_layout(numel, world, kShardAlignment);
   return layout.shard_numel * (world - 1) * element_size;
 }
 
@@ -130,7 +129,7 @@ TEST(Stage3, CommunicatesThreePsiPerStep) {
         if (groups.persistent == 0) {
           int64_t psi = 0;
           for (int64_t numel : groups.partitioned) {
-            psi += shard_layout(numel, n, kAlignment).padded_numel;
+            psi += shard_layout(numel, n, kShardAlignment).padded_numel;
           }
           EXPECT_EQ(moved.all_gather.bytes + moved.reduce_scatter.bytes,
                     3 * psi * 4 * (n - 1) / n);
@@ -153,9 +152,9 @@ TEST(Stage3, ModelStateIsSixteenBytesPerParameterOverN) {
   const ModelSpec spec = tiny_gpt2_spec();
   const RunResult run = run_engine(spec, options, comm);
   const ExpectedGroups groups = expected_groups(*spec.build(), 0);
-  int64_t owned = shard_layout(groups.persistent, n, kAlignment).shard_numel;
-  for (int64_t numel : groups.partitioned) owned += shard_layout(numel, n, kAlignment).shard_numel;
-  const int64_t persistent_padded = shard_layout(groups.persistent, n, kAlignment).padded_numel;
+  int64_t owned = shard_layout(groups.persistent, n, kShardAlignment).shard_numel;
+  for (int64_t numel : groups.partitioned) owned += shard_layout(numel, n, kShardAlignment).shard_numel;
+  const int64_t persistent_padded = shard_layout(groups.persistent, n, kShardAlignment).padded_numel;
   const ModelStateBytes bytes = run.state_bytes;
   EXPECT_EQ(bytes.params, 2 * owned + 2 * persistent_padded);
   EXPECT_EQ(bytes.grads, 2 * owned);
@@ -163,7 +162,7 @@ TEST(Stage3, ModelStateIsSixteenBytesPerParameterOverN) {
   EXPECT_EQ(bytes.optimizer_state, 8 * owned);
   // owned is Ψ/N plus at most one alignment block per group and rank.
   const int64_t psi = run.engine->num_parameters();
-  EXPECT_LE(owned * n, psi + static_cast<int64_t>(groups.partitioned.size() + 1) * kAlignment * n);
+  EXPECT_LE(owned * n, psi + static_cast<int64_t>(groups.partitioned.size() + 1) * kShardAlignment * n);
   EXPECT_GE(owned * n, psi);
   EXPECT_GT(bytes.gathered_peak, 0);
 }

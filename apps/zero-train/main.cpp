@@ -315,13 +315,9 @@ std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& de
   return decoder.decode(std::vector<int64_t>(ids.begin() + 1, ids.end()));
 }
 
-// Bytes per element of the gradients the engine keeps: the full buffer in the parameter dtype
-// at stages 0 and 1; at stages 2 and 3 the owned shard, in fp32 when gradients accumulate over
-// micro-steps or are communicated in fp32, else in the communication dtype.
+// Bytes per element of the gradients the engine keeps (zero::kept_gradient_dtype).
 int64_t grad_bytes_per_element(const zero::Config& c) {
-  if (c.zero_optimization.stage < 2) return c10::elementSize(c.param_dtype);
-  if (c.gradient_accumulation_steps > 1 || c.communication_dtype == at::kFloat) return 4;
-  return c10::elementSize(c.communication_dtype);
+  return c10::elementSize(zero::kept_gradient_dtype(c));
 }
 
 // Model-state bytes per parameter the ZeRO paper predicts for this stage and precision, with
@@ -614,7 +610,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     // Collective at stage 3 (see `sample`), so before the summary that only rank 0 prints.
     const std::string final_sample = sample(config.seed);
     if (rank == 0) {
-      const zero::ShardLayout layout = zero::shard_layout(engine->num_parameters(), world, 64);
+      const zero::ShardLayout layout = zero::shard_layout(engine->num_parameters(), world, zero::kShardAlignment);
       const double p = static_cast<double>(layout.padded_numel);
       const int64_t comm_elem = c10::elementSize(config.communication_dtype);
       const int64_t param_elem = c10::elementSize(config.param_dtype);

@@ -187,6 +187,13 @@ ZERO_API std::vector<std::string> effective_config_lines(const Config& config);
 /// Reads and parses a JSON file; a missing or unreadable file throws zero::Error naming it.
 ZERO_API Config load_config(const std::string& path, int world_size);
 
+/// The dtype of the gradients a rank keeps between micro-steps: at stages 0 and 1 the full
+/// gradient buffer, in the parameter dtype; at stages 2 and 3 its reduced gradient shard, in
+/// fp32 when gradients accumulate over micro-steps or are communicated in fp32, else as
+/// communicated (2/N bytes per parameter with 16-bit communication: the ZeRO paper's
+/// accounting). The engines and every memory figure use this one rule.
+ZERO_API c10::ScalarType kept_gradient_dtype(const Config& config);
+
 /// "fp32", "bf16", "fp16" (the names DeepSpeed's communication_data_type uses); any other
 /// dtype by c10's name ("Double", ...).
 ZERO_API std::string dtype_name(c10::ScalarType dtype);

@@ -46,6 +46,10 @@ struct ZERO_API ShardLayout {
   std::vector<int64_t> owner_counts(Range range) const;
 };
 
+/// The alignment of every shard zero makes (engines at every stage, checkpoints, reports): 64
+/// elements keep each shard cache-line and SIMD aligned for every dtype.
+inline constexpr int64_t kShardAlignment = 64;
+
 /// The one pure function all shard arithmetic derives from. See Note [Shard layout].
 /// Requires numel >= 0, world >= 1, alignment >= 1 (zero::Error otherwise).
 ZERO_API ShardLayout shard_layout(int64_t numel, int world, int64_t alignment);

@@ -873,6 +873,14 @@ std::string compute_dtype_notice(const Config& config) {
          ".enabled false";
 }
 
+c10::ScalarType kept_gradient_dtype(const Config& config) {
+  if (config.zero_optimization.stage < 2) return config.param_dtype;
+  if (config.gradient_accumulation_steps > 1 || config.communication_dtype == at::kFloat) {
+    return at::kFloat;
+  }
+  return config.communication_dtype;
+}
+
 std::vector<std::string> effective_config_lines(const Config& config) {
   const nlohmann::json flat = nlohmann::json::parse(config.effective_json).flatten();
   std::vector<std::string> lines;

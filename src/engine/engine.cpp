@@ -40,9 +40,6 @@
 namespace zero {
 namespace {
 
-// Elements every shard starts on a multiple of (Note [Shard layout]): 64 elements keeps
-// shards cache-line and SIMD aligned for every dtype.
-constexpr int64_t kShardAlignment = 64;
 struct ParamSlot {
   std::string name;
   at::Tensor param;

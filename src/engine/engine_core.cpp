@@ -89,9 +89,7 @@ EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& c
              "allowed: the parameter dtype, or fp32 from 16-bit parameters at stage 3");
   ZERO_CHECK(comm_dtype_ == at::kFloat || is_16bit(comm_dtype_),
              "unsupported communication_data_type ", dtype_name(comm_dtype_));
-  grad_shard_dtype_ =
-      (config_.gradient_accumulation_steps > 1 || comm_dtype_ == at::kFloat) ? at::kFloat
-                                                                              : comm_dtype_;
+  grad_shard_dtype_ = kept_gradient_dtype(config_);
   scheduler_ = make_scheduler(config_);
   lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
   // An unwritable csv_monitor path fails on rank 0 alone: the error waits for

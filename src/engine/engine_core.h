@@ -127,9 +127,7 @@ class EngineCore : public Engine, public CheckpointSubject {
   at::ScalarType param_dtype_;    // stored (the partitioned shards at stage 3)
   at::ScalarType compute_dtype_;  // computed in (Note [Compute dtype] in zero/config.h)
   at::ScalarType comm_dtype_;
-  // Where reduced gradients accumulate (stages 2 and 3): fp32 over several micro-steps or with
-  // fp32 communication; with one micro-step and 16-bit communication the reduced 16-bit
-  // result as is (2/N bytes per parameter, the ZeRO paper's accounting).
+  // Where reduced gradients accumulate at stages 2 and 3 (kept_gradient_dtype, zero/config.h).
   at::ScalarType grad_shard_dtype_;
   bool in_backward_ = false;
 

@@ -71,7 +71,7 @@ PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
     group.offsets.push_back(numel);
     numel += p.numel();
   }
-  group.layout = shard_layout(numel, comm.size(), kStage3Alignment);
+  group.layout = shard_layout(numel, comm.size(), kShardAlignment);
   at::NoGradGuard no_grad;
   group.full = at::zeros({group.layout.padded_numel},
                          at::TensorOptions().dtype(compute_dtype).device(params.front().device()));

@@ -13,9 +13,6 @@
 
 namespace zero {
 
-// Every stage-3 shard starts on a multiple of this many elements (Note [Shard layout]).
-constexpr int64_t kStage3Alignment = 64;
-
 /// Points `full`'s storage at `buffer` (kept alive by the storage) with full's byte size.
 void attach_storage(const at::Tensor& full, const at::Tensor& buffer);
 /// Frees `full`'s storage (0 bytes); the views of it stay, unreadable until attached again

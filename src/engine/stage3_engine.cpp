@@ -426,7 +426,7 @@ void Stage3Engine::collect_parameters() {
                "in construction than in module order?); build this model without ShardedInit");
   }
   for (auto& group : groups_) {
-    group.layout = shard_layout(group.layout.numel, world_, kStage3Alignment);
+    group.layout = shard_layout(group.layout.numel, world_, kShardAlignment);
     group.shard_offset = shard_numel_;
     shard_numel_ += group.layout.shard_numel;
   }
