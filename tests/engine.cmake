@@ -19,3 +19,5 @@ add_test(NAME test_compute_dtype_fast16 COMMAND $<TARGET_FILE:test_compute_dtype
          --gtest_filter=ComputeDtype.AutoFollowsTheGemmRates:ComputeDtype.DefaultsToTheParameterDtype)
 set_tests_properties(test_compute_dtype_fast16 PROPERTIES TIMEOUT 120 ENVIRONMENT
                      "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1;ZERO_GEMM_RATES=fp32=80,bf16=160,fp16=160")
+# Stage 3's gather schedule, without communication (src/engine/gather_schedule.h).
+zero_add_test(NAME test_gather_schedule SOURCES test_gather_schedule.cpp INTERNAL TIMEOUT 60)

@@ -37,18 +37,8 @@
 // its gradient buffer. Shards, collectives and the optimizer's view stay exactly those of the
 // 16-bit run.
 //
-// Note [Stage 3 trace and prefetch]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The first training micro-step records the order in which groups are fetched (forward, then
-// backward). Later micro-steps replay it: after each fetch, the gathers of the next groups in
-// the trace are queued on the communication thread (overlap_comm) while compute continues,
-// up to stage3_prefetch_bucket_size elements ahead and stage3_max_live_parameters gathered
-// at once. A fetch that differs from the trace invalidates it for the rest of the micro-step
-// (in-flight prefetches are waited for and released; no more prefetch), and the order seen
-// in that micro-step becomes the trace. When a new trace is adopted, every rank checks that
-// the others adopted the same one. Every rank makes the same decisions from the same trace,
-// so collectives stay matched. Forwards under NoGradGuard (evaluation) gather on demand,
-// release right after, and leave the trace alone.
+// Prefetch follows the recorded order of fetches: Note [Stage 3 trace and prefetch] in
+// gather_schedule.h.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
@@ -64,6 +54,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/fingerprint.h"
+#include "engine/gather_schedule.h"
 #include "engine/param_storage.h"
 #include "engine/parameter_access.h"
 #include "engine/unit_registry.h"
@@ -195,10 +186,8 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void all_gather_group(int g, const at::Tensor& output);
   void wait_gathered(int g);
   void release(int g);
-  void fetch(int g, bool training);
+  void fetch(int g, bool training, FetchMode mode);
   void prefetch();
-  void invalidate_trace(int g);
-  bool reused_soon(int g) const;
   void enforce_live_budget();
   void before_backward(int unit);
   void adopt_trace();
@@ -223,16 +212,9 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   BufferPool gather_pool_;
   BufferPool grad_pool_;
 
-  // Note [Stage 3 trace and prefetch].
-  std::vector<int> trace_;     // adopted order of group fetches
-  std::vector<int> recorded_;  // this micro-step's fetches
-  size_t cursor_ = 0;          // next trace_ position expected
-  bool replaying_ = false;     // trace_ valid for this micro-step so far
-  bool prefetch_enabled_ = false;
+  std::unique_ptr<GatherSchedule> schedule_;  // Note [Stage 3 trace and prefetch]
   int64_t live_numel_ = 0;     // partitioned elements gathered or in flight
   int64_t live_peak_numel_ = 0;
-  int invalidations_ = 0;
-  bool trace_checked_ = false;
 };
 
 Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Config& config,
@@ -247,10 +229,20 @@ Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Confi
              "one buffer and reduce-scattered together); allowed: true");
   // reduce_bucket_size and allgather_bucket_size do not apply: stage 3 communicates per unit
   // (docs/config.md).
-  prefetch_enabled_ = zc.overlap_comm && zc.stage3_prefetch_bucket_size > 0;
   collect_parameters();
   check_ranks_agree(describe_parameters());
   partition();
+  std::vector<int64_t> numel, padded;
+  for (const Group& group : groups_) {
+    numel.push_back(group.layout.numel);
+    padded.push_back(group.layout.padded_numel);
+  }
+  GatherLimits limits;
+  limits.prefetch_bucket = zc.stage3_prefetch_bucket_size;
+  limits.max_live = zc.stage3_max_live_parameters;
+  limits.max_reuse_distance = zc.stage3_max_reuse_distance;
+  limits.prefetch = zc.overlap_comm && zc.stage3_prefetch_bucket_size > 0;
+  schedule_ = std::make_unique<GatherSchedule>(std::move(numel), std::move(padded), limits);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   for (const auto& p : params_) {
@@ -546,15 +538,24 @@ void Stage3Engine::release(int g) {
   live_numel_ -= group.layout.padded_numel;
 }
 
-// Makes group g whole for a unit call (forward or backward); Note [Stage 3 trace and prefetch].
-void Stage3Engine::fetch(int g, bool training) {
+// Makes group g whole for a unit call; Note [Stage 3 trace and prefetch].
+void Stage3Engine::fetch(int g, bool training, FetchMode mode) {
   if (training) {
-    recorded_.push_back(g);
-    if (replaying_) {
-      if (cursor_ < trace_.size() && trace_[cursor_] == g) {
-        ++cursor_;
-      } else {
-        invalidate_trace(g);
+    const GatherSchedule::Fetch fetch = schedule_->fetched(g, mode);
+    if (fetch.invalidated) {
+      if (rank_ == 0 && schedule_->invalidations() <= kReportedInvalidations) {
+        const std::string expected =
+            fetch.expected >= 0 ? groups_[fetch.expected].name : std::string("<end>");
+        std::fprintf(stderr,
+                     "zero: stage 3 unit order changed at fetch %zu (expected %s, got %s); "
+                     "prefetch is off for this micro-step and the new order is recorded%s\n",
+                     fetch.position, expected.c_str(), groups_[g].name.c_str(),
+                     schedule_->invalidations() == kReportedInvalidations
+                         ? " (further changes not reported)"
+                         : "");
+      }
+      for (int h = 0; h < static_cast<int>(groups_.size()); ++h) {
+        if (groups_[h].prefetched && h != g) release(h);
       }
     }
   }
@@ -562,85 +563,36 @@ void Stage3Engine::fetch(int g, bool training) {
   if (group.state == GroupState::kReleased) issue_gather(g);
   group.prefetched = false;
   wait_gathered(g);
-  if (training && replaying_ && prefetch_enabled_) prefetch();
+  if (training) prefetch();
 }
 
 void Stage3Engine::prefetch() {
-  const auto& zc = config_.zero_optimization;
   int64_t ahead = 0;
   for (const auto& group : groups_) {
     if (group.prefetched) ahead += group.layout.padded_numel;
   }
-  for (size_t j = cursor_; j < trace_.size(); ++j) {
-    Group& group = groups_[trace_[j]];
-    if (group.state != GroupState::kReleased) continue;
-    const int64_t n = group.layout.padded_numel;
-    if (ahead + n > zc.stage3_prefetch_bucket_size) break;
-    if (live_numel_ + n > zc.stage3_max_live_parameters) break;
-    issue_gather(trace_[j]);
-    group.prefetched = true;
-    ahead += n;
+  const auto released = [this](int h) { return groups_[h].state == GroupState::kReleased; };
+  for (int g : schedule_->prefetch(released, ahead, live_numel_)) {
+    issue_gather(g);
+    groups_[g].prefetched = true;
   }
-}
-
-void Stage3Engine::invalidate_trace(int g) {
-  replaying_ = false;
-  ++invalidations_;
-  if (rank_ == 0 && invalidations_ <= kReportedInvalidations) {
-    const std::string expected =
-        cursor_ < trace_.size() ? groups_[trace_[cursor_]].name : std::string("<end>");
-    std::fprintf(stderr,
-                 "zero: stage 3 unit order changed at fetch %zu (expected %s, got %s); prefetch "
-                 "is off for this micro-step and the new order is recorded%s\n",
-                 cursor_, expected.c_str(), groups_[g].name.c_str(),
-                 invalidations_ == kReportedInvalidations ? " (further changes not reported)" : "");
-  }
-  for (int h = 0; h < static_cast<int>(groups_.size()); ++h) {
-    if (groups_[h].prefetched && h != g) release(h);
-  }
-}
-
-// Whether group g is fetched again within stage3_max_reuse_distance elements of the trace
-// (elements of the groups fetched in between). 0 never keeps a group: every use gathers.
-bool Stage3Engine::reused_soon(int g) const {
-  const int64_t limit = config_.zero_optimization.stage3_max_reuse_distance;
-  if (!replaying_ || limit == 0) return false;
-  int64_t distance = 0;
-  for (size_t j = cursor_; j < trace_.size(); ++j) {
-    if (trace_[j] == g) return true;
-    distance += groups_[trace_[j]].layout.numel;
-    if (distance > limit) return false;
-  }
-  return false;
 }
 
 // Keeps gathered-but-idle groups within stage3_max_live_parameters, dropping those whose
-// next use is farthest first (or, without a trace, any).
+// next use is farthest first (GatherSchedule::eviction_victim).
 void Stage3Engine::enforce_live_budget() {
   const int64_t budget = config_.zero_optimization.stage3_max_live_parameters;
   while (live_numel_ > budget) {
-    int victim = -1;
-    size_t victim_next = 0;
+    std::vector<int> candidates;
     for (int h = 0; h < static_cast<int>(groups_.size()); ++h) {
       const Group& group = groups_[h];
       if (group.persistent || group.state == GroupState::kReleased || group.in_use > 0 ||
           group.pins > 0 || group.prefetched || (in_backward_ && group.pending > 0)) {
         continue;
       }
-      size_t next = std::numeric_limits<size_t>::max();
-      if (replaying_) {
-        for (size_t j = cursor_; j < trace_.size(); ++j) {
-          if (trace_[j] == h) {
-            next = j;
-            break;
-          }
-        }
-      }
-      if (victim < 0 || next > victim_next) {
-        victim = h;
-        victim_next = next;
-      }
+      candidates.push_back(h);
     }
+    const int victim = schedule_->eviction_victim(candidates);
     if (victim < 0) return;  // everything gathered is needed now
     release(victim);
   }
@@ -649,7 +601,7 @@ void Stage3Engine::enforce_live_budget() {
 void Stage3Engine::unit_begin(int unit) {
   const bool training = c10::GradMode::is_enabled() && !in_backward_;
   for (int g : units_[unit].groups) {
-    fetch(g, training);
+    fetch(g, training, FetchMode::kForward);
     ++groups_[g].in_use;
   }
 }
@@ -679,7 +631,7 @@ void Stage3Engine::unit_end(int unit, const std::vector<at::Tensor>& outputs) {
   for (int g : units_[unit].groups) {
     const Group& group = groups_[g];
     if (group.in_use > 0 || group.pins > 0) continue;
-    if (training && reused_soon(g)) continue;
+    if (training && schedule_->reused_soon(g)) continue;
     release(g);
   }
   enforce_live_budget();
@@ -691,26 +643,19 @@ void Stage3Engine::before_backward(int unit) {
              "loss.backward()");
   for (int g : units_[unit].groups) {
     if (groups_[g].reduced) continue;  // its gradients are complete: nothing left to compute
-    fetch(g, /*training=*/true);
+    fetch(g, /*training=*/true, FetchMode::kBackward);
   }
 }
 
 void Stage3Engine::adopt_trace() {
-  const bool changed = !replaying_ || cursor_ != trace_.size();
-  if (changed) {
-    trace_ = recorded_;
-    if (world_ > 1) {
-      // Every rank must replay the same trace, or their prefetch collectives would not match.
-      std::ostringstream description;
-      description << "stage 3 unit order:";
-      for (int g : trace_) description << " " << groups_[g].name;
-      description << "\n";
-      check_ranks_agree_on(*comm_, description.str());
-    }
+  if (schedule_->adopt() && world_ > 1) {
+    // Every rank must replay the same trace, or their prefetch collectives would not match.
+    std::ostringstream description;
+    description << "stage 3 unit order:";
+    for (int g : schedule_->trace()) description << " " << groups_[g].name;
+    description << "\n";
+    check_ranks_agree_on(*comm_, description.str());
   }
-  replaying_ = true;
-  recorded_.clear();
-  cursor_ = 0;
 }
 
 // ---- gradients ---------------------------------------------------------------------------
@@ -800,9 +745,7 @@ void Stage3Engine::abandon_backward() {
     group.reduced = true;
     if (group.pins == 0) release(g);
   }
-  recorded_.clear();
-  replaying_ = false;
-  cursor_ = 0;
+  schedule_->abandon();
 }
 
 double Stage3Engine::local_sum_of_squares() {
