@@ -106,7 +106,11 @@ TEST(Memory, ModelStateBytesFollowZeroFormulas) {
   }
 }
 
-// Stage 2 keeps no full-size gradient after backward: measured with a counting allocator.
+// Stage 2 keeps no full-size gradient after backward: measured with a counting allocator. The
+// bucket buffers gradients are copied into come from the engine's pool (Note [Flat groups]),
+// which keeps them for the next backward: the first backward leaves at most the buckets that
+// were in flight at once (here about 4 of 2,000 elements, a quarter of the full gradient), and
+// later ones reuse them and allocate nothing more.
 TEST(Memory, Stage2KeepsNoFullGradientAfterBackward) {
   track_host_memory();
   auto comm = world();
@@ -126,7 +130,8 @@ TEST(Memory, Stage2KeepsNoFullGradientAfterBackward) {
       const int64_t after = host_memory_stats().allocated_bytes;
       // Stage 1 presets .grad as views of its persistent flat buffer (allocated at start-up);
       // stage 2 drops every gradient once copied into a bucket: neither grows by a full copy.
-      EXPECT_LT(after - before, full_grad_bytes / 4) << "step " << step;
+      EXPECT_LT(after - before, step == 0 ? full_grad_bytes / 2 : full_grad_bytes / 16)
+          << "step " << step;
       if (stage == 2) {
         for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
       }

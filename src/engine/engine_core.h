@@ -156,6 +156,11 @@ class EngineCore : public Engine, public CheckpointSubject {
   int64_t micro_steps_ = 0;
 };
 
+/// The stage 0-2 engine (flat_engine.cpp).
+std::unique_ptr<Engine> make_flat_engine(std::shared_ptr<torch::nn::Module> model,
+                                         const Config& config,
+                                         std::shared_ptr<Communicator> comm);
+
 /// The stage 3 engine (stage3_engine.cpp).
 std::unique_ptr<Engine> make_stage3_engine(std::shared_ptr<torch::nn::Module> model,
                                            const Config& config,

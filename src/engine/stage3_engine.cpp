@@ -54,6 +54,7 @@
 
 #include "engine/engine_core.h"
 #include "engine/fingerprint.h"
+#include "engine/flat_group.h"
 #include "engine/gather_schedule.h"
 #include "engine/param_storage.h"
 #include "engine/parameter_access.h"
@@ -67,21 +68,14 @@ namespace {
 // How many trace invalidations rank 0 reports before it only counts them.
 constexpr int kReportedInvalidations = 3;
 
-struct Param3 {
-  std::string name;
-  at::Tensor param;
-  int group = -1;
-  int64_t offset = 0;  // in the group's flat buffer
-  int64_t numel = 0;
-};
-
 enum class GroupState { kReleased, kInFlight, kGathered };
 
-struct Group {
+// One unit's partitioned parameters (or the persistent ones): a flat group (Note [Flat
+// groups]) whose range is its whole buffer, [0, layout.numel).
+struct Group : FlatGroup {
   std::string name;
   bool persistent = false;
   int unit = -1;             // the unit whose own parameters these are (-1: persistent)
-  std::vector<int> params;
   ShardLayout layout;
   int64_t shard_offset = 0;  // this rank's shard in the shard space
   at::Tensor full;           // param dtype, padded_numel; the parameters are views of it
@@ -91,11 +85,7 @@ struct Group {
   int in_use = 0;            // running unit calls that need it
   int pins = 0;              // GatheredParameters scopes holding it
   bool prefetched = false;   // gathered ahead by the trace, not fetched yet
-  // Backward of the current micro-step.
-  int pending = 0;           // parameters whose gradient has not arrived
-  bool reduced = false;      // its reduce-scatter has been launched
-  at::Tensor grad_buffer;    // comm dtype, padded_numel, while collecting gradients
-  at::Tensor grad_pooled;    // the pool allocation grad_buffer views
+  bool reduced = false;      // its reduce-scatter was launched in this backward
 };
 
 struct Unit {
@@ -104,47 +94,6 @@ struct Unit {
   std::vector<int> groups;  // non-persistent groups the unit needs (its own first)
   std::shared_ptr<detail::UnitBinding> binding;
   std::shared_ptr<PrepartitionedUnit> prepartitioned;  // built under zero::ShardedInit
-};
-
-// Gather and gradient buffers, reused across units and steps like a caching allocator: a
-// fresh buffer each step costs its page faults again (buffers this size are mmap'ed by glibc
-// and unmapped on free): clearing the cache after every backward made stage 3 1.2-1.3x stage
-// 0's step on gpt2-mini at 2 ranks, keeping it 1.0x (docs/benchmarks.md). The cache holds at most what
-// was live at once (stage3_max_live_parameters bounds the gathered part).
-class BufferPool {
- public:
-  at::Tensor acquire(int64_t numel, const at::TensorOptions& options) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      int best = -1;
-      for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
-        const at::Tensor& b = free_[i];
-        if (b.numel() >= numel && b.scalar_type() == options.dtype().toScalarType() &&
-            (best < 0 || b.numel() < free_[best].numel())) {
-          best = i;
-        }
-      }
-      if (best >= 0) {
-        at::Tensor buffer = std::move(free_[best]);
-        free_.erase(free_.begin() + best);
-        return buffer;
-      }
-    }
-    return at::empty({numel}, options);
-  }
-  void put(at::Tensor buffer) {
-    if (!buffer.defined()) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.push_back(std::move(buffer));
-  }
-  void clear() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.clear();
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<at::Tensor> free_;
 };
 
 class Stage3Engine final : public EngineCore, public UnitRuntime, public ParameterAccess {
@@ -197,7 +146,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void gather_persistent();
   std::vector<int> groups_of(const std::vector<at::Tensor>& params) const;
 
-  std::vector<Param3> params_;
+  std::vector<TrainableParameter> params_;  // registration order; group and offset set
   std::unordered_map<const void*, int> param_index_;  // TensorImpl -> params_ index
   std::vector<Group> groups_;
   std::vector<Unit> units_;
@@ -209,8 +158,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   // gather, and the copy the shard state's updates write (Note [Shard state]).
   at::Tensor param_shard_;
   std::vector<StateSegment> owned_segments() const;  // this rank's shard space, by parameter
-  BufferPool gather_pool_;
-  BufferPool grad_pool_;
+  BufferPool pool_;  // gathered parameters and gradients in flight
 
   std::unique_ptr<GatherSchedule> schedule_;  // Note [Stage 3 trace and prefetch]
   int64_t live_numel_ = 0;     // partitioned elements gathered or in flight
@@ -246,7 +194,7 @@ Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Confi
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   for (const auto& p : params_) {
-    params.push_back(p.param);
+    params.push_back(p.tensor);
     names.push_back(p.name);
   }
   register_gradient_hooks(params, names);
@@ -317,39 +265,21 @@ void Stage3Engine::collect_parameters() {
   model_->to(compute_dtype_);
 
   // Parameters, each once (the first module that registers a shared one owns it).
+  ModelParameters collected = collect_trainable_parameters(*model_);
+  params_ = std::move(collected.parameters);
   std::vector<int> home_unit;  // per params_ entry
-  std::vector<std::vector<int>> unit_uses(units_.size());  // params each unit touches
-  for (const auto& [prefix, module] : modules) {
-    const int unit = unit_of.at(module.get());
-    for (const auto& item : module->named_parameters(/*recurse=*/false)) {
-      const at::Tensor& p = item.value();
-      if (!p.requires_grad()) continue;
-      const void* key = p.unsafeGetTensorImpl();
-      auto found = param_index_.find(key);
-      int index = 0;
-      if (found == param_index_.end()) {
-        ZERO_CHECK(p.is_floating_point(), "parameter '", item.key(), "' has dtype ",
-                   p.scalar_type(), "; only floating-point parameters can be trained");
-        Param3 entry;
-        entry.name = prefix.empty() ? item.key() : prefix + "." + item.key();
-        entry.param = p;
-        entry.numel = p.numel();
-        index = static_cast<int>(params_.size());
-        param_index_[key] = index;
-        params_.push_back(std::move(entry));
-        home_unit.push_back(unit);
-      } else {
-        index = found->second;
-      }
-      if (unit >= 0) unit_uses[unit].push_back(index);
-    }
+  for (const TrainableParameter& p : params_) {
+    home_unit.push_back(unit_of.at(collected.modules[p.module].second.get()));
   }
-  ZERO_CHECK(!params_.empty(), "zero::initialize: the model has no trainable parameters");
-  for (const auto& p : params_) {
-    ZERO_CHECK(p.param.device() == params_.front().param.device(), "parameter '", p.name,
-               "' is on ", p.param.device(), " but '", params_.front().name, "' is on ",
-               params_.front().param.device(), "; all trainable parameters must be on one device");
-    num_parameters_ += p.numel;
+  std::vector<std::vector<int>> unit_uses(units_.size());  // params each unit touches
+  for (int m = 0; m < static_cast<int>(collected.modules.size()); ++m) {
+    const int unit = unit_of.at(collected.modules[m].second.get());
+    if (unit < 0) continue;
+    for (int index : collected.uses[m]) unit_uses[unit].push_back(index);
+  }
+  for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
+    param_index_[params_[i].tensor.unsafeGetTensorImpl()] = i;
+    num_parameters_ += params_[i].numel;
   }
 
   // Persistence: small parameters (in registration order, within the model-wide cap) and
@@ -407,7 +337,7 @@ void Stage3Engine::collect_parameters() {
     std::vector<const void*> expected;
     if (group_of_unit[u] >= 0) {
       for (int i : groups_[group_of_unit[u]].params) {
-        expected.push_back(params_[i].param.unsafeGetTensorImpl());
+        expected.push_back(params_[i].tensor.unsafeGetTensorImpl());
       }
     }
     std::vector<const void*> built;
@@ -419,6 +349,7 @@ void Stage3Engine::collect_parameters() {
   }
   for (auto& group : groups_) {
     group.layout = shard_layout(group.layout.numel, world_, kShardAlignment);
+    group.range = Range{0, group.layout.numel};
     group.shard_offset = shard_numel_;
     shard_numel_ += group.layout.shard_numel;
   }
@@ -430,8 +361,8 @@ std::string Stage3Engine::describe_parameters() const {
     description << "group " << group.name << " " << group.layout.numel << "\n";
   }
   for (const auto& p : params_) {
-    description << "parameter " << p.name << " " << p.param.sizes() << " "
-                << dtype_name(p.param.scalar_type()) << " group " << groups_[p.group].name
+    description << "parameter " << p.name << " " << p.tensor.sizes() << " "
+                << dtype_name(p.tensor.scalar_type()) << " group " << groups_[p.group].name
                 << "\n";
   }
   return description.str();
@@ -441,13 +372,13 @@ std::string Stage3Engine::describe_parameters() const {
 // full copy is released; the peak beyond the model as built is one group's full buffer.
 // Groups partitioned while the model was built (zero::ShardedInit) are adopted as they are.
 void Stage3Engine::partition() {
-  const auto device = params_.front().param.device();
+  const auto device = params_.front().tensor.device();
   const auto options = at::TensorOptions().device(device);
   param_shard_ = at::empty({shard_numel_}, options.dtype(param_dtype_));
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     Group& group = groups_[g];
     std::vector<at::Tensor> members;
-    for (int i : group.params) members.push_back(params_[i].param);
+    for (int i : group.params) members.push_back(params_[i].tensor);
     PartitionedGroup partitioned;
     if (group.unit >= 0 && units_[group.unit].prepartitioned) {
       partitioned = std::move(units_[group.unit].prepartitioned->group);
@@ -489,7 +420,7 @@ void Stage3Engine::issue_gather(int g) {
   ZERO_INTERNAL_ASSERT(group.state == GroupState::kReleased, "gather of ", group.name,
                        " while it is not released");
   const int64_t padded = group.layout.padded_numel;
-  at::Tensor buffer = gather_pool_.acquire(padded, param_shard_.options().dtype(compute_dtype_));
+  at::Tensor buffer = pool_.acquire(padded, param_shard_.options().dtype(compute_dtype_));
   group.gathered = buffer;
   attach_storage(group.full, buffer);
   group.state = GroupState::kInFlight;
@@ -510,11 +441,11 @@ void Stage3Engine::all_gather_group(int g, const at::Tensor& output) {
     return;
   }
   const int64_t padded = group.layout.padded_numel;
-  at::Tensor staging = gather_pool_.acquire(padded, param_shard_.options());
+  at::Tensor staging = pool_.acquire(padded, param_shard_.options());
   const at::Tensor stored = staging.narrow(0, 0, padded);
   counted(comm_->all_gather(input, stored))->wait();
   output.copy_(stored);
-  gather_pool_.put(std::move(staging));
+  pool_.put(std::move(staging));
 }
 
 void Stage3Engine::wait_gathered(int g) {
@@ -531,7 +462,7 @@ void Stage3Engine::release(int g) {
   if (group.persistent || group.state == GroupState::kReleased) return;
   wait_gathered(g);  // the buffer may not go back to the pool while the gather writes it
   detach_storage(group.full, group.name);
-  gather_pool_.put(std::move(group.gathered));
+  pool_.put(std::move(group.gathered));
   group.gathered = at::Tensor();
   group.state = GroupState::kReleased;
   group.prefetched = false;
@@ -671,17 +602,16 @@ void Stage3Engine::on_gradient_ready(int index) {
   ZERO_CHECK(in_backward_, "a gradient of '", params_[index].name,
              "' was computed outside engine.backward(loss): call engine.backward(loss) instead ",
              "of loss.backward() so loss scaling and gradient reduction happen");
-  Param3& p = params_[index];
+  TrainableParameter& p = params_[index];
   Group& group = groups_[p.group];
-  at::Tensor grad = p.param.grad();
+  at::Tensor grad = p.tensor.grad();
   if (grad.defined()) {
     if (!group.grad_buffer.defined()) {
-      group.grad_pooled =
-          grad_pool_.acquire(group.layout.padded_numel, param_shard_.options().dtype(comm_dtype_));
-      group.grad_buffer = group.grad_pooled.narrow(0, 0, group.layout.padded_numel).zero_();
+      pool_.acquire_gradients(group, group.layout.padded_numel,
+                              param_shard_.options().dtype(comm_dtype_));
     }
     group.grad_buffer.narrow(0, p.offset, p.numel).copy_(grad.reshape({-1}));
-    p.param.mutable_grad().reset();  // the full-size gradient is not kept
+    p.tensor.mutable_grad().reset();  // the full-size gradient is not kept
   }
   if (--group.pending == 0) {
     launch_reduction(p.group);
@@ -694,9 +624,8 @@ void Stage3Engine::launch_reduction(int g) {
   ZERO_INTERNAL_ASSERT(!group.reduced, "group ", group.name, " reduced twice in one backward");
   group.reduced = true;
   if (!group.grad_buffer.defined()) {  // no gradient arrived: contribute zeros
-    group.grad_pooled =
-        grad_pool_.acquire(group.layout.padded_numel, param_shard_.options().dtype(comm_dtype_));
-    group.grad_buffer = group.grad_pooled.narrow(0, 0, group.layout.padded_numel).zero_();
+    pool_.acquire_gradients(group, group.layout.padded_numel,
+                            param_shard_.options().dtype(comm_dtype_));
   }
   submit([this, g] { reduce_group(g); });
 }
@@ -714,9 +643,7 @@ void Stage3Engine::reduce_group(int g) {
   } else {
     target.copy_(own);
   }
-  group.grad_buffer = at::Tensor();
-  grad_pool_.put(std::move(group.grad_pooled));
-  group.grad_pooled = at::Tensor();
+  pool_.release_gradients(group);
 }
 
 void Stage3Engine::finish_backward() {
@@ -774,7 +701,7 @@ void Stage3Engine::zero_gradients() { state_->gradient().zero_(); }
 
 std::vector<CheckpointParameter> Stage3Engine::checkpoint_parameters() const {
   std::vector<CheckpointParameter> result;
-  for (const auto& p : params_) result.push_back({p.name, p.param.sizes().vec(), p.numel});
+  for (const auto& p : params_) result.push_back({p.name, p.tensor.sizes().vec(), p.numel});
   return result;
 }
 
@@ -783,7 +710,7 @@ std::vector<StateSegment> Stage3Engine::owned_segments() const {
   for (const auto& group : groups_) {
     const Range owned = group.layout.owned(rank_);
     for (int i : group.params) {
-      const Param3& p = params_[i];
+      const TrainableParameter& p = params_[i];
       const Range part = intersect(Range{p.offset, p.offset + p.numel}, owned);
       if (part.empty()) continue;
       segments.push_back({i, part.begin - p.offset, part.end - p.offset,
@@ -865,10 +792,10 @@ void Stage3Engine::visit_full_parameters(
   // One group at a time, so at most one unit's parameters are gathered beyond the usual.
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     std::vector<at::Tensor> members;
-    for (int i : groups_[g].params) members.push_back(params_[i].param);
+    for (int i : groups_[g].params) members.push_back(params_[i].tensor);
     pin(members);
     try {
-      for (int i : groups_[g].params) visit(params_[i].name, params_[i].param);
+      for (int i : groups_[g].params) visit(params_[i].name, params_[i].tensor);
     } catch (...) {
       unpin(members, -1);
       throw;

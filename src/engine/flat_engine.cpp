@@ -1,5 +1,7 @@
-// The ZeRO stage 0/1/2 engine (FlatEngine). See zero/engine.h for the API and engine_core.h
-// for what every stage shares (Note [Gradient scaling] is there).
+// The ZeRO stage 0/1/2 engine (FlatEngine): parameters replicated in one flat buffer, cut into
+// flat groups (buckets) for gradient reduction (Note [Flat groups] in flat_group.h). See
+// zero/engine.h for the API and engine_core.h for what every stage shares (Note [Gradient
+// scaling] is there).
 //
 // Note [Flat buffers]
 // ~~~~~~~~~~~~~~~~~~~
@@ -33,30 +35,13 @@
 #include <unordered_set>
 
 #include "engine/engine_core.h"
+#include "engine/flat_group.h"
 #include "engine/parameter_access.h"
 #include "zero/error.h"
 #include "zero/shard.h"
 
 namespace zero {
 namespace {
-
-struct ParamSlot {
-  std::string name;
-  at::Tensor param;
-  int64_t offset = 0;
-  int64_t numel = 0;
-  int bucket = -1;
-};
-
-struct Bucket {
-  Range range;
-  std::vector<int> slots;
-  int pending = 0;      // parameters whose gradient has not arrived in this backward
-  // Stage 2, while in flight: the bucket's gradients in the communication dtype. `pooled` is
-  // the pool allocation it views (undefined when `buffer` is a parameter's own gradient).
-  at::Tensor buffer;
-  at::Tensor pooled;
-};
 
 class FlatEngine final : public EngineCore, public ParameterAccess {
  public:
@@ -66,7 +51,7 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
 
   ModelStateBytes model_state_bytes() const override;
   int64_t num_parameters() const override { return layout_.numel; }
-  void on_gradient_ready(int slot) override;
+  void on_gradient_ready(int index) override;
 
   std::vector<CheckpointParameter> checkpoint_parameters() const override;
   bool saves_param_shard() const override { return false; }
@@ -76,7 +61,7 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   void unpin(const std::vector<at::Tensor>& params, int modifier_rank) override;
   void visit_full_parameters(
       const std::function<void(const std::string&, const at::Tensor&)>& visit) override {
-    for (const auto& slot : slots_) visit(slot.name, slot.param);
+    for (const auto& p : params_) visit(p.name, p.tensor);
   }
 
  private:
@@ -97,16 +82,16 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   void allocate_state();
   void launch_ready_buckets();
   void launch_bucket(int index);
-  void reduce_bucket(Bucket& bucket);
+  void reduce_bucket(FlatGroup& bucket);
   void all_gather_parameters();
   at::Tensor owned_gradient() const;  // this rank's reduced gradient, owned range
-  void acquire_bucket_buffer(Bucket& bucket);
-  void release_bucket_buffer(Bucket& bucket);
 
-  std::vector<ParamSlot> slots_;
+  // In buffer order: reverse registration order (roughly the order backward produces
+  // gradients); each one's `group` is its bucket, `offset` its place in the flat buffer.
+  std::vector<TrainableParameter> params_;
   ShardLayout layout_;
   Range update_range_;  // elements this rank's optimizer updates: all (stage 0) or owned
-  std::vector<Bucket> buckets_;
+  std::vector<FlatGroup> buckets_;
   int next_bucket_ = 0;
   bool communicate_this_backward_ = false;
 
@@ -114,8 +99,7 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   at::Tensor grads_flat_;    // stages 0/1: param dtype, padded_numel
   // The shard space (Note [Shard state]) is update_range_ of the flat buffer; at stage 2 the
   // state owns the gradient shard (grad_shard_dtype_), at stages 0/1 grads_flat_ lends it.
-  std::mutex pool_mutex_;
-  std::vector<at::Tensor> bucket_pool_;
+  BufferPool pool_;  // stage 2's bucket buffers
 };
 
 FlatEngine::FlatEngine(std::shared_ptr<torch::nn::Module> model, const Config& config,
@@ -128,9 +112,9 @@ FlatEngine::FlatEngine(std::shared_ptr<torch::nn::Module> model, const Config& c
   allocate_state();
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
-  for (const auto& slot : slots_) {
-    params.push_back(slot.param);
-    names.push_back(slot.name);
+  for (const auto& p : params_) {
+    params.push_back(p.tensor);
+    names.push_back(p.name);
   }
   register_gradient_hooks(params, names);
 }
@@ -138,54 +122,33 @@ FlatEngine::FlatEngine(std::shared_ptr<torch::nn::Module> model, const Config& c
 void FlatEngine::collect_parameters() {
   // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()).
   model_->to(param_dtype_);
-  std::unordered_set<const void*> seen;
-  std::vector<ParamSlot> in_registration_order;
-  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
-    const at::Tensor& p = item.value();
-    if (!p.requires_grad()) continue;
-    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;  // shared parameter: once
-    ZERO_CHECK(p.is_floating_point(), "parameter '", item.key(), "' has dtype ", p.scalar_type(),
-               "; only floating-point parameters can be trained");
-    ParamSlot slot;
-    slot.name = item.key();
-    slot.param = p;
-    slot.numel = p.numel();
-    in_registration_order.push_back(std::move(slot));
-  }
-  ZERO_CHECK(!in_registration_order.empty(),
-             "zero::initialize: the model has no trainable parameters");
-  const c10::Device device = in_registration_order.front().param.device();
-  for (const auto& slot : in_registration_order) {
-    ZERO_CHECK(slot.param.device() == device, "parameter '", slot.name, "' is on ",
-               slot.param.device(), " but '", in_registration_order.front().name, "' is on ",
-               device, "; all trainable parameters must be on one device");
-  }
-  // Reverse registration order approximates the order backward produces gradients.
-  slots_.assign(in_registration_order.rbegin(), in_registration_order.rend());
+  std::vector<TrainableParameter> in_registration_order =
+      collect_trainable_parameters(*model_).parameters;
+  params_.assign(in_registration_order.rbegin(), in_registration_order.rend());
   int64_t offset = 0;
-  for (auto& slot : slots_) {
-    slot.offset = offset;
-    offset += slot.numel;
+  for (auto& p : params_) {
+    p.offset = offset;
+    offset += p.numel;
   }
   layout_ = shard_layout(offset, world_, kShardAlignment);
   update_range_ = stage_ == 0 ? Range{0, layout_.padded_numel} : layout_.owned(rank_);
 
   // Move the parameters into the flat buffer and make each one a view of it.
   params_flat_ = at::zeros({layout_.padded_numel},
-                           at::TensorOptions().dtype(param_dtype_).device(device));
+                           at::TensorOptions().dtype(param_dtype_).device(params_.front().tensor.device()));
   at::NoGradGuard no_grad;
-  for (auto& slot : slots_) {
-    at::Tensor view = params_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
-    view.copy_(slot.param.detach());
-    slot.param.set_data(view);
+  for (auto& p : params_) {
+    at::Tensor view = params_flat_.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+    view.copy_(p.tensor.detach());
+    p.tensor.set_data(view);
   }
 }
 
 std::string FlatEngine::describe_parameters() const {
   std::ostringstream description;
-  for (const auto& slot : slots_) {
-    description << "parameter " << slot.name << " " << slot.param.sizes() << " "
-                << dtype_name(slot.param.scalar_type()) << "\n";
+  for (const auto& p : params_) {
+    description << "parameter " << p.name << " " << p.tensor.sizes() << " "
+                << dtype_name(p.tensor.scalar_type()) << "\n";
   }
   return description.str();
 }
@@ -195,18 +158,17 @@ void FlatEngine::build_buckets() {
   // Stage 2 without contiguous_gradients reduces each gradient on its own, in place.
   const int64_t capacity =
       (stage_ == 2 && !zc.contiguous_gradients) ? 1 : std::max<int64_t>(1, zc.reduce_bucket_size);
-  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
-    ParamSlot& slot = slots_[i];
-    const bool fits = !buckets_.empty() &&
-                      buckets_.back().range.size() + slot.numel <= capacity;
+  for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
+    TrainableParameter& p = params_[i];
+    const bool fits = !buckets_.empty() && buckets_.back().range.size() + p.numel <= capacity;
     if (!fits) {
       buckets_.emplace_back();
-      buckets_.back().range = Range{slot.offset, slot.offset};
+      buckets_.back().range = Range{p.offset, p.offset};
     }
-    Bucket& bucket = buckets_.back();
-    bucket.range.end = slot.offset + slot.numel;
-    bucket.slots.push_back(i);
-    slot.bucket = static_cast<int>(buckets_.size()) - 1;
+    FlatGroup& bucket = buckets_.back();
+    bucket.range.end = p.offset + p.numel;
+    bucket.params.push_back(i);
+    p.group = static_cast<int>(buckets_.size()) - 1;
   }
   buckets_.back().range.end = layout_.padded_numel;  // the padding rides with the last bucket
 }
@@ -220,9 +182,8 @@ void FlatEngine::allocate_state() {
     grads_flat_ = device.is_cpu()
                       ? comm_->allocate_buffer(layout_.padded_numel, param_dtype_)
                       : at::zeros({layout_.padded_numel}, options.dtype(param_dtype_));
-    for (auto& slot : slots_) {
-      slot.param.mutable_grad() =
-          grads_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
+    for (auto& p : params_) {
+      p.tensor.mutable_grad() = grads_flat_.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
     }
   }
   // Every rank starts from rank 0's parameters; the master weights are made from them.
@@ -244,38 +205,9 @@ ModelStateBytes FlatEngine::model_state_bytes() const {
   return bytes;
 }
 
-// Stage 2 bucket buffers come from a small pool reused within one backward (buckets are
-// reduced in order, so few are alive at once) and emptied when backward ends. The buffer is
-// zeroed: parameters without a gradient in this backward, and the padding, contribute zeros.
-void FlatEngine::acquire_bucket_buffer(Bucket& bucket) {
-  const int64_t numel = bucket.range.size();
-  {
-    std::lock_guard<std::mutex> lock(pool_mutex_);
-    for (size_t i = 0; i < bucket_pool_.size(); ++i) {
-      if (bucket_pool_[i].numel() >= numel) {
-        bucket.pooled = bucket_pool_[i];
-        bucket_pool_.erase(bucket_pool_.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
-    }
-  }
-  if (!bucket.pooled.defined()) {
-    bucket.pooled = at::empty({numel}, params_flat_.options().dtype(comm_dtype_));
-  }
-  bucket.buffer = bucket.pooled.narrow(0, 0, numel).zero_();
-}
-
-void FlatEngine::release_bucket_buffer(Bucket& bucket) {
-  bucket.buffer = at::Tensor();
-  if (!bucket.pooled.defined()) return;
-  std::lock_guard<std::mutex> lock(pool_mutex_);
-  bucket_pool_.push_back(std::move(bucket.pooled));
-  bucket.pooled = at::Tensor();
-}
-
 void FlatEngine::begin_backward() {
   communicate_this_backward_ = stage_ == 2 || is_gradient_accumulation_boundary();
-  for (auto& bucket : buckets_) bucket.pending = static_cast<int>(bucket.slots.size());
+  for (auto& bucket : buckets_) bucket.pending = static_cast<int>(bucket.params.size());
   next_bucket_ = 0;
 }
 
@@ -286,33 +218,32 @@ void FlatEngine::finish_backward() {
     launch_ready_buckets();
   }
   wait_submitted();
-  if (stage_ == 2) {
-    std::lock_guard<std::mutex> lock(pool_mutex_);
-    bucket_pool_.clear();  // no gradient-sized memory stays resident after backward
-  }
 }
 
 void FlatEngine::on_gradient_ready(int index) {
-  ZERO_CHECK(in_backward_, "a gradient of '", slots_[index].name,
+  ZERO_CHECK(in_backward_, "a gradient of '", params_[index].name,
              "' was computed outside engine.backward(loss): call engine.backward(loss) instead ",
              "of loss.backward() so loss scaling and gradient reduction happen");
   if (!communicate_this_backward_) return;  // stages 0/1 accumulate locally until the boundary
-  ParamSlot& slot = slots_[index];
-  Bucket& bucket = buckets_[slot.bucket];
+  TrainableParameter& p = params_[index];
+  FlatGroup& bucket = buckets_[p.group];
   if (stage_ == 2) {
-    at::Tensor grad = slot.param.grad();
+    at::Tensor grad = p.tensor.grad();
     if (grad.defined()) {
-      const bool sole_owner_of_bucket = bucket.slots.size() == 1 &&
-                                        bucket.range.size() == slot.numel &&
+      const bool sole_owner_of_bucket = bucket.params.size() == 1 &&
+                                        bucket.range.size() == p.numel &&
                                         grad.scalar_type() == comm_dtype_ && grad.is_contiguous();
       if (!config_.zero_optimization.contiguous_gradients && sole_owner_of_bucket) {
-        bucket.buffer = grad.view({-1});  // reduce the gradient in place, no bucket copy
+        bucket.grad_buffer = grad.view({-1});  // reduce the gradient in place, no bucket copy
       } else {
-        if (!bucket.buffer.defined()) acquire_bucket_buffer(bucket);
-        bucket.buffer.narrow(0, slot.offset - bucket.range.begin, slot.numel)
+        if (!bucket.grad_buffer.defined()) {
+          pool_.acquire_gradients(bucket, bucket.range.size(),
+                                  params_flat_.options().dtype(comm_dtype_));
+        }
+        bucket.grad_buffer.narrow(0, p.offset - bucket.range.begin, p.numel)
             .copy_(grad.reshape({-1}));
       }
-      slot.param.mutable_grad().reset();  // the full-size gradient is not kept
+      p.tensor.mutable_grad().reset();  // the full-size gradient is not kept
     }
   }
   --bucket.pending;
@@ -326,14 +257,16 @@ void FlatEngine::launch_ready_buckets() {
 }
 
 void FlatEngine::launch_bucket(int index) {
-  Bucket& bucket = buckets_[index];
-  if (stage_ == 2 && !bucket.buffer.defined()) acquire_bucket_buffer(bucket);
+  FlatGroup& bucket = buckets_[index];
+  if (stage_ == 2 && !bucket.grad_buffer.defined()) {
+    pool_.acquire_gradients(bucket, bucket.range.size(), params_flat_.options().dtype(comm_dtype_));
+  }
   submit([this, index] { reduce_bucket(buckets_[index]); });
 }
 
 // Reduces one bucket, in the communicator's order (submit); see Note [Bucket order] and Note
 // [Deterministic reduction] in zero/comm.h.
-void FlatEngine::reduce_bucket(Bucket& bucket) {
+void FlatEngine::reduce_bucket(FlatGroup& bucket) {
   const std::vector<int64_t> counts = layout_.owner_counts(bucket.range);
   const Range owned = intersect(bucket.range, layout_.owned(rank_));
   const int64_t own_offset = owned.empty() ? 0 : owned.begin - bucket.range.begin;
@@ -345,7 +278,7 @@ void FlatEngine::reduce_bucket(Bucket& bucket) {
     grads_view = grads_flat_.narrow(0, bucket.range.begin, bucket.range.size());
     work = comm_dtype_ == param_dtype_ ? grads_view : grads_view.to(comm_dtype_);
   } else {
-    work = bucket.buffer;
+    work = bucket.grad_buffer;
   }
   at::Tensor own = work.narrow(0, own_offset, counts[rank_]);
   // In order on the communicator (submit), so these run at once.
@@ -371,7 +304,7 @@ void FlatEngine::reduce_bucket(Bucket& bucket) {
       target.copy_(own);
     }
   }
-  release_bucket_buffer(bucket);
+  pool_.release_gradients(bucket);
 }
 
 at::Tensor FlatEngine::owned_gradient() const {
@@ -394,24 +327,24 @@ void FlatEngine::apply_update(double grad_multiplier) {
   if (stage_ > 0) all_gather_parameters();
 }
 
-// Checkpoints list the parameters in model (registration) order, the reverse of the slots'
+// Checkpoints list the parameters in model (registration) order, the reverse of the
 // buffer order, so what `zero-ckpt inspect` prints reads like the model's definition.
 std::vector<CheckpointParameter> FlatEngine::checkpoint_parameters() const {
   std::vector<CheckpointParameter> result;
-  for (auto slot = slots_.rbegin(); slot != slots_.rend(); ++slot) {
-    result.push_back({slot->name, slot->param.sizes().vec(), slot->numel});
+  for (auto p = params_.rbegin(); p != params_.rend(); ++p) {
+    result.push_back({p->name, p->tensor.sizes().vec(), p->numel});
   }
   return result;
 }
 
 std::vector<StateSegment> FlatEngine::segments_within(Range range) const {
   std::vector<StateSegment> segments;
-  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
-    const ParamSlot& slot = slots_[i];
-    const Range part = intersect(Range{slot.offset, slot.offset + slot.numel}, range);
+  for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
+    const TrainableParameter& p = params_[i];
+    const Range part = intersect(Range{p.offset, p.offset + p.numel}, range);
     if (part.empty()) continue;
-    const int checkpoint_index = static_cast<int>(slots_.size()) - 1 - i;  // model order
-    segments.push_back({checkpoint_index, part.begin - slot.offset, part.end - slot.offset,
+    const int checkpoint_index = static_cast<int>(params_.size()) - 1 - i;  // model order
+    segments.push_back({checkpoint_index, part.begin - p.offset, part.end - p.offset,
                         part.begin - update_range_.begin});
   }
   return segments;
@@ -429,10 +362,10 @@ void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank)
   if (modifier_rank < 0) return;
   at::NoGradGuard no_grad;
   for (const at::Tensor& p : params) {
-    const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const ParamSlot& slot) {
-      return slot.param.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+    const auto it = std::find_if(params_.begin(), params_.end(), [&](const TrainableParameter& q) {
+      return q.tensor.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
     });
-    ZERO_CHECK(it != slots_.end(), "zero::GatheredParameters: a tensor of shape ", p.sizes(),
+    ZERO_CHECK(it != params_.end(), "zero::GatheredParameters: a tensor of shape ", p.sizes(),
                " is not a trainable parameter of this engine's model");
     const Range range{it->offset, it->offset + it->numel};
     counted(comm_->broadcast(params_flat_.narrow(0, range.begin, range.size()), modifier_rank))
@@ -472,18 +405,10 @@ void FlatEngine::zero_gradients() {
 
 }  // namespace
 
-std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
-                                   std::shared_ptr<Communicator> communicator) {
-  const bool report = communicator != nullptr && communicator->rank() == 0;
-  std::unique_ptr<Engine> engine =
-      config.zero_optimization.stage == 3
-          ? make_stage3_engine(std::move(model), config, std::move(communicator))
-          : std::make_unique<FlatEngine>(std::move(model), config, std::move(communicator));
-  if (report) {
-    const std::string notice = compute_dtype_notice(config);
-    if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
-  }
-  return engine;
+std::unique_ptr<Engine> make_flat_engine(std::shared_ptr<torch::nn::Module> model,
+                                         const Config& config,
+                                         std::shared_ptr<Communicator> comm) {
+  return std::make_unique<FlatEngine>(std::move(model), config, std::move(comm));
 }
 
 }  // namespace zero

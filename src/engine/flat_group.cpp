@@ -1,0 +1,87 @@
+#include "engine/flat_group.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <unordered_map>
+
+#include "zero/error.h"
+
+namespace zero {
+
+ModelParameters collect_trainable_parameters(const torch::nn::Module& model) {
+  ModelParameters result;
+  for (const auto& item : model.named_modules()) result.modules.emplace_back(item.key(), item.value());
+  std::unordered_map<const void*, int> index_of;  // TensorImpl -> parameters index
+  result.uses.resize(result.modules.size());
+  for (int m = 0; m < static_cast<int>(result.modules.size()); ++m) {
+    const auto& [prefix, module] = result.modules[m];
+    for (const auto& item : module->named_parameters(/*recurse=*/false)) {
+      const at::Tensor& p = item.value();
+      if (!p.requires_grad()) continue;
+      const void* key = p.unsafeGetTensorImpl();
+      auto found = index_of.find(key);
+      if (found == index_of.end()) {
+        const std::string name = prefix.empty() ? item.key() : prefix + "." + item.key();
+        ZERO_CHECK(p.is_floating_point(), "parameter '", name, "' has dtype ", p.scalar_type(),
+                   "; only floating-point parameters can be trained");
+        TrainableParameter entry;
+        entry.name = name;
+        entry.tensor = p;
+        entry.numel = p.numel();
+        entry.module = m;
+        found = index_of.emplace(key, static_cast<int>(result.parameters.size())).first;
+        result.parameters.push_back(std::move(entry));
+      }
+      result.uses[m].push_back(found->second);
+    }
+  }
+  ZERO_CHECK(!result.parameters.empty(), "zero::initialize: the model has no trainable parameters");
+  const TrainableParameter& first = result.parameters.front();
+  for (const TrainableParameter& p : result.parameters) {
+    ZERO_CHECK(p.tensor.device() == first.tensor.device(), "parameter '", p.name, "' is on ",
+               p.tensor.device(), " but '", first.name, "' is on ", first.tensor.device(),
+               "; all trainable parameters must be on one device");
+  }
+  return result;
+}
+
+at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int best = -1;
+    for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
+      const at::Tensor& b = free_[i];
+      if (b.numel() >= numel && b.scalar_type() == options.dtype().toScalarType() &&
+          (best < 0 || b.numel() < free_[best].numel())) {
+        best = i;
+      }
+    }
+    if (best >= 0) {
+      at::Tensor buffer = std::move(free_[best]);
+      free_.erase(free_.begin() + best);
+      return buffer;
+    }
+  }
+  return at::empty({numel}, options);
+}
+
+void BufferPool::put(at::Tensor buffer) {
+  if (!buffer.defined()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.push_back(std::move(buffer));
+}
+
+void BufferPool::acquire_gradients(FlatGroup& group, int64_t numel,
+                                   const at::TensorOptions& options) {
+  group.grad_pooled = acquire(numel, options);
+  group.grad_buffer = group.grad_pooled.narrow(0, 0, numel).zero_();
+}
+
+void BufferPool::release_gradients(FlatGroup& group) {
+  group.grad_buffer = at::Tensor();
+  put(std::move(group.grad_pooled));
+  group.grad_pooled = at::Tensor();
+}
+
+}  // namespace zero

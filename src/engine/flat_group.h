@@ -1,0 +1,94 @@
+// What both parameter policies share (Note [Flat groups]): the trainable parameters collected
+// once, the flat run of parameters whose gradients are reduced together, and the one pool of
+// communication buffers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zero/shard.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace zero {
+
+// Note [Flat groups]
+// ~~~~~~~~~~~~~~~~~~
+// Every stage keeps parameters as views into flat buffers and reduces gradients a flat group
+// at a time. A group is parameters at offsets in one flat buffer, the range of that buffer it
+// covers, how many of its parameters still await their gradient in this backward, and (while
+// its reduction is in flight) a pooled buffer its gradients are copied into. Stages 0-2 hold one
+// buffer of every parameter, replicated, cut into groups of at most reduce_bucket_size elements
+// (buckets: Note [Bucket order] in flat_engine.cpp); stage 3 holds one buffer per unit,
+// partitioned, each a group (Note [Stage 3 units] in stage3_engine.cpp). The stage is the
+// policy over this: where gradients live (the full buffer, or the owned shard of the shard
+// state), how they are reduced (all-reduce or reduce-scatter), when (at the boundary or every
+// micro-step) and how parameters are held (replicated, or gathered per unit just in time).
+
+/// One trainable parameter, once: a parameter shared by several modules is the first one's.
+struct TrainableParameter {
+  std::string name;   // its path from the model ("transformer.h.0.attn.c_attn.weight")
+  at::Tensor tensor;  // shares the module's TensorImpl: set_data on it changes the parameter
+  int64_t numel = 0;
+  int module = -1;    // the module that registers it first, an index into ModelParameters::modules
+  int group = -1;     // the flat group holding it (set by the engine)
+  int64_t offset = 0; // its first element in that group's flat buffer
+};
+
+/// The model's modules in pre-order and its trainable parameters in registration order.
+struct ModelParameters {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
+  std::vector<TrainableParameter> parameters;
+  /// uses[m]: the parameters module m registers itself (shared ones included), in order.
+  std::vector<std::vector<int>> uses;
+};
+
+/// The one parameter collector of every stage. Throws zero::Error (naming the parameter) when
+/// there is none, one is not floating point, or they are not all on one device.
+ModelParameters collect_trainable_parameters(const torch::nn::Module& model);
+
+/// A flat run of parameters whose gradients are reduced together (Note [Flat groups]).
+struct FlatGroup {
+  std::vector<int> params;  // indices into the parameter list
+  Range range;              // the elements of its flat buffer it covers
+  int pending = 0;          // parameters whose gradient has not arrived in this backward
+  // While its reduction is in flight: its gradients in the communication dtype, a view of the
+  // pooled allocation `grad_pooled` (or of a parameter's own gradient, grad_pooled undefined).
+  at::Tensor grad_buffer;
+  at::Tensor grad_pooled;
+};
+
+// Communication buffers (gathered parameters, gradients in flight), reused across groups and
+// steps like a caching allocator: a fresh buffer each step costs its page faults again (buffers
+// this size are mmap'ed by glibc and unmapped on free). Clearing the cache after every backward
+// made stage 3 1.2-1.3x stage 0's step on gpt2-mini at 2 ranks, keeping it 1.0x
+// (docs/benchmarks.md). The cache holds at most what was live at once (the reduce bucket size
+// and stage3_max_live_parameters bound it). Thread-safe: buffers come back from the
+// communicator's progress thread.
+class BufferPool {
+ public:
+  /// The smallest cached buffer of `options`' dtype with at least `numel` elements, or a new
+  /// one. Its contents are whatever was last written.
+  at::Tensor acquire(int64_t numel, const at::TensorOptions& options);
+  void put(at::Tensor buffer);
+
+  /// `group`'s gradient buffer: `numel` zeroed elements (parameters without a gradient in this
+  /// backward, and padding, contribute zeros) of `options` from the pool.
+  void acquire_gradients(FlatGroup& group, int64_t numel, const at::TensorOptions& options);
+  /// Back to the pool, once its reduction has read it.
+  void release_gradients(FlatGroup& group);
+
+ private:
+  std::mutex mutex_;
+  std::vector<at::Tensor> free_;
+};
+
+}  // namespace zero
