@@ -21,3 +21,5 @@ set_tests_properties(test_compute_dtype_fast16 PROPERTIES TIMEOUT 120 ENVIRONMEN
                      "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1;ZERO_GEMM_RATES=fp32=80,bf16=160,fp16=160")
 # Stage 3's gather schedule, without communication (src/engine/gather_schedule.h).
 zero_add_test(NAME test_gather_schedule SOURCES test_gather_schedule.cpp INTERNAL TIMEOUT 60)
+# The flat-group layer and the stage policies (src/engine/flat_group.h, stage_policy.h).
+zero_add_test(NAME test_flat_group SOURCES test_flat_group.cpp INTERNAL TIMEOUT 60)

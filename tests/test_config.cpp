@@ -65,7 +65,7 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c.zero_optimization.stage, 0);
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
   EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 500000000);
-  EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm_enabled());
   EXPECT_TRUE(c.zero_optimization.contiguous_gradients);
   EXPECT_TRUE(c.zero_optimization.reduce_scatter);
   EXPECT_TRUE(c.zero_optimization.allgather_partitions);
@@ -99,7 +99,7 @@ TEST(Config, DeepSpeedExample) {
   EXPECT_EQ(c.zero_optimization.stage, 2);
   EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 200000000);
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 200000000);
-  EXPECT_TRUE(c.zero_optimization.overlap_comm);
+  EXPECT_TRUE(c.zero_optimization.overlap_comm_enabled());
   EXPECT_TRUE(c.zero_optimization.reduce_scatter);
 }
 
@@ -252,7 +252,7 @@ TEST(Config, SpelledOutDefaultsAreAccepted) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
   EXPECT_EQ(c.param_dtype, c10::ScalarType::Float);
   EXPECT_EQ(c.zero_optimization.stage, 2);
-  EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm_enabled());
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
 }
 
@@ -718,7 +718,7 @@ TEST(Config, Stage3) {
   Config c = parse_config(with(R"("zero_optimization": {"stage": 3})"), 1);
   const ZeroOptimizationConfig& z = c.zero_optimization;
   EXPECT_EQ(z.stage, 3);
-  EXPECT_TRUE(z.overlap_comm);  // DeepSpeed: None -> true for stage 3
+  EXPECT_TRUE(z.overlap_comm_enabled());  // DeepSpeed: None -> true for stage 3
   EXPECT_EQ(z.stage3_prefetch_bucket_size, 50000000);
   EXPECT_EQ(z.stage3_param_persistence_threshold, 100000);
   EXPECT_EQ(z.stage3_model_persistence_threshold, INT64_MAX);
@@ -730,19 +730,19 @@ TEST(Config, Stage3) {
   for (const char* overlap : {"", R"(, "overlap_comm": null)", R"(, "overlap_comm": "auto")"}) {
     SCOPED_TRACE(overlap);
     EXPECT_TRUE(parse_config(with(std::string(R"("zero_optimization": {"stage": 3)") + overlap +
-                                  "}"), 1).zero_optimization.overlap_comm);
+                                  "}"), 1).zero_optimization.overlap_comm_enabled());
     for (int stage : {0, 1, 2}) {
       EXPECT_FALSE(parse_config(with(R"("zero_optimization": {"stage": )" +
                                      std::to_string(stage) + overlap + "}"), 1)
-                       .zero_optimization.overlap_comm);
+                       .zero_optimization.overlap_comm_enabled());
     }
   }
   EXPECT_FALSE(parse_config(with(R"("zero_optimization": {"stage": 3, "overlap_comm": false})"), 1)
-                   .zero_optimization.overlap_comm);
+                   .zero_optimization.overlap_comm_enabled());
   EXPECT_TRUE(parse_config(with(R"("zero_optimization": {"stage": 2, "overlap_comm": true})"), 1)
-                  .zero_optimization.overlap_comm);
-  EXPECT_FALSE(parse_config(with(""), 1).zero_optimization.overlap_comm);  // stage 0
-  EXPECT_FALSE(parse_config(with(R"("zero_optimization": true)"), 1).zero_optimization.overlap_comm);
+                  .zero_optimization.overlap_comm_enabled());
+  EXPECT_FALSE(parse_config(with(""), 1).zero_optimization.overlap_comm_enabled());  // stage 0
+  EXPECT_FALSE(parse_config(with(R"("zero_optimization": true)"), 1).zero_optimization.overlap_comm_enabled());
 
   // Every key under its stage3_ name, with JSON numbers like 5e7.
   c = parse_config(with(R"("zero_optimization": {"stage": 3,
@@ -945,6 +945,85 @@ TEST_F(ConfigFiles, Directory) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(dir_.string()), std::string::npos) << e.what();
   }
+}
+
+
+// A Config built in code is checked by validate_config (and so by zero::initialize) with the
+// parser's rules and messages: the same key path, value and allowed values.
+std::string validation_error_of(const Config& config) {
+  try {
+    validate_config(config);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(ValidateConfig, DefaultAndParsedConfigsAreValid) {
+  EXPECT_EQ(validation_error_of(Config{}), "<no error>");
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    const Config parsed = parse_config(
+        with(R"("bf16": {"enabled": true}, "zero_optimization": {"stage": )" +
+             std::to_string(stage) + "}"), 2, kSource);
+    EXPECT_EQ(validation_error_of(parsed), "<no error>");
+  }
+}
+
+TEST(ValidateConfig, HandBuiltInvalidConfigsGetTheParsersMessage) {
+  Config c;
+  c.source = kSource;
+  c.gradient_accumulation_steps = 0;  // the engine would divide by it
+  std::string message = validation_error_of(c);
+  EXPECT_NE(message.find("gradient_accumulation_steps"), std::string::npos) << message;
+  EXPECT_NE(message.find(kSource), std::string::npos) << message;
+
+  c = Config{};
+  c.world_size = 2;  // the triple 1 = 1 x 1 x 2 does not hold
+  message = validation_error_of(c);
+  EXPECT_NE(message.find("train_batch_size"), std::string::npos) << message;
+
+  c = Config{};
+  c.optimizer.lr = -1.0;
+  message = validation_error_of(c);
+  EXPECT_NE(message.find("optimizer.params.lr"), std::string::npos) << message;
+  EXPECT_NE(message.find("a number >= 0"), std::string::npos) << message;
+
+  c = Config{};
+  c.zero_optimization.stage = 4;
+  message = validation_error_of(c);
+  EXPECT_NE(message.find("zero_optimization.stage"), std::string::npos) << message;
+
+  c = Config{};
+  EXPECT_NE(validation_error_of([&] { Config d; d.optimizer.eps = 0; return d; }())
+                .find("<config built in code>: "), std::string::npos);
+  c.source = kSource;
+  c.zero_optimization.reduce_bucket_size = 0;
+  EXPECT_EQ(validation_error_of(c),
+            error_of(with(R"("zero_optimization": {"reduce_bucket_size": 0})")));
+
+  c = Config{};
+  c.compute_dtype = c10::ScalarType::BFloat16;  // bf16 compute from fp32 parameters
+  message = validation_error_of(c);
+  EXPECT_NE(message.find("compute_data_type"), std::string::npos) << message;
+
+  c = Config{};
+  c.param_dtype = c10::ScalarType::BFloat16;
+  c.compute_dtype = c10::ScalarType::Float;  // fp32 compute from bf16 needs stage 3
+  c.zero_optimization.stage = 2;
+  message = validation_error_of(c);
+  EXPECT_NE(message.find("stage 3"), std::string::npos) << message;
+  c.zero_optimization.stage = 3;
+  EXPECT_EQ(validation_error_of(c), "<no error>");
+
+  c = Config{};
+  c.param_dtype = c10::ScalarType::Double;  // the JSON form has no key for it
+  message = validation_error_of(c);
+  EXPECT_NE(message.find("param_dtype"), std::string::npos) << message;
+  c = Config{};
+  c.communication_dtype = c10::ScalarType::Double;
+  message = validation_error_of(c);
+  EXPECT_NE(message.find("communication_data_type"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -278,6 +278,21 @@ TEST(Misuse, ConfigSolvedForAnotherWorldSizeIsRejected) {
   EXPECT_THROW(initialize(mlp_spec().build(), wrong, comm), Error);
 }
 
+TEST(Misuse, HandBuiltInvalidConfigIsRejectedWithTheParsersMessage) {
+  auto comm = world();
+  Config config;  // built in code, never parsed
+  config.world_size = comm->size();
+  config.train_batch_size = comm->size();
+  config.gradient_accumulation_steps = 0;
+  try {
+    initialize(mlp_spec().build(), config, comm);
+    ADD_FAILURE() << "initialize accepted gradient_accumulation_steps = 0";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("gradient_accumulation_steps"), std::string::npos) << message;
+  }
+}
+
 
 TEST(StartUp, ConfigsThatDisagreeNameTheKey) {
   auto comm = world();

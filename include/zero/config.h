@@ -73,7 +73,9 @@ struct ZERO_API ZeroOptimizationConfig {
   int stage = 0;                            // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500000000;   // elements per gradient bucket
   int64_t allgather_bucket_size = 500000000;// elements per parameter all-gather call
-  bool overlap_comm = false;                // communication thread during backward
+  // Issue collectives while backward (and stage 3's forward) computes. Unset: DeepSpeed's
+  // default, which follows the stage (true at stage 3); read it with overlap_comm_enabled().
+  std::optional<bool> overlap_comm;
   bool contiguous_gradients = true;         // stage 2: copy grads into bucket buffers
   bool reduce_scatter = true;               // false: all-reduce buckets, keep the owned part
   bool allgather_partitions = true;         // false (broadcasts) is rejected: not supported yet
@@ -88,6 +90,8 @@ struct ZERO_API ZeroOptimizationConfig {
   // working set of an offloaded step (Note [Shard state] in src/state/shard_state.h). The
   // value never changes a result.
   int64_t sub_group_size = 1000000000;
+
+  bool overlap_comm_enabled() const { return overlap_comm.value_or(stage == 3); }
 };
 
 /// The `scheduler` section: DeepSpeed's learning-rate schedules (deepspeed/runtime/lr_schedules.py).
@@ -129,11 +133,14 @@ struct ZERO_API CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+/// A whole configuration. parse_config / load_config make one from DeepSpeed JSON; one built in
+/// code starts from these defaults (the parser's: every default is written here once), a valid
+/// fp32 stage-0 config at world size 1, and zero::initialize checks it with validate_config.
 struct ZERO_API Config {
   // The batch triple, solved against the world size (DeepSpeed's rules and errors).
-  int64_t train_batch_size = 0;
-  int64_t train_micro_batch_size_per_gpu = 0;
-  int64_t gradient_accumulation_steps = 0;
+  int64_t train_batch_size = 1;
+  int64_t train_micro_batch_size_per_gpu = 1;
+  int64_t gradient_accumulation_steps = 1;
   int world_size = 1;
 
   double gradient_clipping = 0.0;  // 0 disables clipping
@@ -172,13 +179,19 @@ struct ZERO_API Config {
   /// Ranks compare its fingerprint at start-up.
   std::string effective_json;
   /// Where the config came from, for messages ("ds_config.json", "<string>").
-  std::string source = "<string>";
+  std::string source = "<config built in code>";  // names the config in error messages
 };
 
 /// Parses and validates DeepSpeed JSON text. `world_size` is the data-parallel world size the
 /// batch triple is solved against. `source` names the text in error messages.
 ZERO_API Config parse_config(const std::string& json_text, int world_size,
                     const std::string& source = "<string>");
+
+/// Checks a Config built or changed in code with exactly the parser's rules and messages (it
+/// is written out as DeepSpeed JSON, effective_json's form, and parsed again: one validator).
+/// Throws zero::Error naming the key path, the value and what is allowed. zero::initialize
+/// and zero::ShardedInit call it, so a hand-built config never reaches the engine unchecked.
+ZERO_API void validate_config(const Config& config);
 
 /// The effective config as "key.path = value" lines sorted by key path, e.g.
 /// "zero_optimization.stage = 2": for logs, and for naming the key on which ranks disagree.

@@ -31,7 +31,6 @@ using config_detail::ObjectView;
 using config_detail::show;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-constexpr int64_t kDefaultBucketSize = 500000000;  // DeepSpeed: pp_int(5e8) elements
 
 bool non_negative(double v) { return v >= 0.0; }
 bool positive(double v) { return v > 0.0; }
@@ -145,7 +144,7 @@ void parse_batch(const ObjectView& top, int world_size, Config& config) {
 // ---- optimizer ----------------------------------------------------------------------------
 
 void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfig& optimizer) {
-  optimizer.lr = params.get_number("lr", 1e-3, non_negative, "a number >= 0");
+  optimizer.lr = params.get_number("lr", OptimizerConfig{}.lr, non_negative, "a number >= 0");
   if (const Json* betas = params.given("betas")) {
     const char* expected = "an array [beta1, beta2] of two numbers, each in [0, 1)";
     if (!betas->is_array() || betas->size() != 2) params.invalid("betas", *betas, expected);
@@ -157,9 +156,11 @@ void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfi
     optimizer.beta1 = (*betas)[0].get<double>();
     optimizer.beta2 = (*betas)[1].get<double>();
   }
-  optimizer.eps = params.get_number("eps", 1e-8, positive, "a number > 0");
-  optimizer.weight_decay = params.get_number("weight_decay", 0.0, non_negative, "a number >= 0");
-  optimizer.bias_correction = params.get_bool("bias_correction", true);
+  const OptimizerConfig defaults;
+  optimizer.eps = params.get_number("eps", defaults.eps, positive, "a number > 0");
+  optimizer.weight_decay =
+      params.get_number("weight_decay", defaults.weight_decay, non_negative, "a number >= 0");
+  optimizer.bias_correction = params.get_bool("bias_correction", defaults.bias_correction);
   const bool adam_w_mode = params.get_bool("adam_w_mode", true);
   if (adamw_type && !adam_w_mode) {
     fail(params.source(),
@@ -184,10 +185,14 @@ void parse_sgd_params(const ObjectView& params, OptimizerConfig& optimizer) {
     fail(params.source(), message);
   }
   optimizer.lr = params.get_number("lr", 0.0, non_negative, "a number >= 0");
-  optimizer.momentum = params.get_number("momentum", 0.0, non_negative, "a number >= 0");
-  optimizer.dampening = params.get_number("dampening", 0.0, unit_range, "a number in [0, 1]");
-  optimizer.weight_decay = params.get_number("weight_decay", 0.0, non_negative, "a number >= 0");
-  optimizer.nesterov = params.get_bool("nesterov", false);
+  const OptimizerConfig defaults;
+  optimizer.momentum =
+      params.get_number("momentum", defaults.momentum, non_negative, "a number >= 0");
+  optimizer.dampening =
+      params.get_number("dampening", defaults.dampening, unit_range, "a number in [0, 1]");
+  optimizer.weight_decay =
+      params.get_number("weight_decay", defaults.weight_decay, non_negative, "a number >= 0");
+  optimizer.nesterov = params.get_bool("nesterov", defaults.nesterov);
   if (optimizer.nesterov && (optimizer.momentum <= 0.0 || optimizer.dampening != 0.0)) {
     fail(params.source(), params.key_path("nesterov") +
                               " = true requires momentum > 0 and dampening 0, as in "
@@ -283,14 +288,17 @@ bool parse_fp16(const ObjectView& top, Config& config) {
                                             "a number >= 0 (0 selects dynamic loss scaling)");
   scale.dynamic = loss_scale == 0.0;
   scale.static_scale = scale.dynamic ? 1.0 : loss_scale;
-  scale.initial_scale_power = static_cast<int>(
-      fp16.get_integer("initial_scale_power", 16, 0, 63, "an integer in [0, 63]"));
-  scale.scale_window =
-      fp16.get_integer("loss_scale_window", 1000, 1, kInt64Max, "an integer >= 1");
-  scale.hysteresis =
-      static_cast<int>(fp16.get_integer("hysteresis", 2, 1, INT_MAX, "an integer >= 1"));
-  scale.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
-  scale.min_loss_scale = fp16.get_number("min_loss_scale", 1.0, positive, "a number > 0");
+  const LossScaleConfig defaults;
+  scale.initial_scale_power = static_cast<int>(fp16.get_integer(
+      "initial_scale_power", defaults.initial_scale_power, 0, 63, "an integer in [0, 63]"));
+  scale.scale_window = fp16.get_integer("loss_scale_window", defaults.scale_window, 1, kInt64Max,
+                                        "an integer >= 1");
+  scale.hysteresis = static_cast<int>(
+      fp16.get_integer("hysteresis", defaults.hysteresis, 1, INT_MAX, "an integer >= 1"));
+  scale.consecutive_hysteresis =
+      fp16.get_bool("consecutive_hysteresis", defaults.consecutive_hysteresis);
+  scale.min_loss_scale =
+      fp16.get_number("min_loss_scale", defaults.min_loss_scale, positive, "a number > 0");
   return enabled;
 }
 
@@ -450,27 +458,29 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
   auto count = [&](const Stage3Key& key, int64_t fallback, const char* expected) {
     return view.get_integer(stage3_name(view, key), fallback, 0, kInt64Max, expected);
   };
+  const ZeroOptimizationConfig defaults;
   zero.stage3_prefetch_bucket_size =
-      count(kPrefetchBucketSize, 50000000,
+      count(kPrefetchBucketSize, defaults.stage3_prefetch_bucket_size,
             "an integer number of elements >= 0 (e.g. 5e7; 0 disables prefetching)");
   zero.stage3_param_persistence_threshold =
-      count(kParamPersistence, 100000,
+      count(kParamPersistence, defaults.stage3_param_persistence_threshold,
             "an integer number of elements >= 0 (parameters with at most this many elements "
             "are not partitioned; 0: none)");
   zero.stage3_model_persistence_threshold =
-      count(kModelPersistence, kInt64Max,
+      count(kModelPersistence, defaults.stage3_model_persistence_threshold,
             "an integer number of elements >= 0 (cap on all persistent parameters' elements)");
   zero.stage3_max_live_parameters =
-      count(kMaxLiveParameters, 1000000000,
+      count(kMaxLiveParameters, defaults.stage3_max_live_parameters,
             "an integer number of elements >= 0 (e.g. 1e9; 0: no prefetch beyond the module "
             "being fetched)");
   zero.stage3_max_reuse_distance =
-      count(kMaxReuseDistance, 1000000000,
+      count(kMaxReuseDistance, defaults.stage3_max_reuse_distance,
             "an integer number of elements >= 0 (e.g. 1e9; 0: release every parameter after "
             "use)");
   zero.stage3_gather_16bit_weights_on_model_save =
-      view.get_bool(stage3_name(view, kGather16bitWeights), false);
-  zero.sub_group_size = view.get_integer("sub_group_size", 1000000000, 1, kInt64Max,
+      view.get_bool(stage3_name(view, kGather16bitWeights),
+                    defaults.stage3_gather_16bit_weights_on_model_save);
+  zero.sub_group_size = view.get_integer("sub_group_size", defaults.sub_group_size, 1, kInt64Max,
                                          "an integer number of elements >= 1 (e.g. 1e9)");
 }
 
@@ -487,7 +497,8 @@ void parse_zero(const ObjectView& top, Config& config) {
       fail(source, "allgather_size = " + show(*allgather_size) +
                        " has no effect with \"zero_optimization\": false; remove it");
     }
-    zero.allgather_bucket_size = top.get_integer("allgather_size", kDefaultBucketSize, 1,
+    zero.allgather_bucket_size = top.get_integer("allgather_size",
+                                                 ZeroOptimizationConfig{}.allgather_bucket_size, 1,
                                                  kInt64Max, "an integer number of elements > 0");
     return;
   }
@@ -511,15 +522,16 @@ void parse_zero(const ObjectView& top, Config& config) {
   if (stage < 0 || stage > 3) view.invalid("stage", *view.raw("stage"), stage_expected);
   zero.stage = static_cast<int>(stage);
   const char* bucket = "an integer number of elements > 0 (e.g. 5e8)";
+  const ZeroOptimizationConfig defaults;
   zero.reduce_bucket_size =
-      view.get_integer("reduce_bucket_size", kDefaultBucketSize, 1, kInt64Max, bucket);
-  zero.allgather_bucket_size =
-      view.get_integer("allgather_bucket_size", kDefaultBucketSize, 1, kInt64Max, bucket);
-  // DeepSpeed's default is None: true for stage 3, false for stages 0-2.
-  zero.overlap_comm = view.get_optional_bool("overlap_comm").value_or(zero.stage == 3);
-  zero.contiguous_gradients = view.get_bool("contiguous_gradients", true);
-  zero.reduce_scatter = view.get_bool("reduce_scatter", true);
-  zero.allgather_partitions = view.get_bool("allgather_partitions", true);
+      view.get_integer("reduce_bucket_size", defaults.reduce_bucket_size, 1, kInt64Max, bucket);
+  zero.allgather_bucket_size = view.get_integer("allgather_bucket_size",
+                                                defaults.allgather_bucket_size, 1, kInt64Max, bucket);
+  // DeepSpeed's default is None: true for stage 3, false for stages 0-2 (overlap_comm_enabled).
+  zero.overlap_comm = view.get_optional_bool("overlap_comm");
+  zero.contiguous_gradients = view.get_bool("contiguous_gradients", defaults.contiguous_gradients);
+  zero.reduce_scatter = view.get_bool("reduce_scatter", defaults.reduce_scatter);
+  zero.allgather_partitions = view.get_bool("allgather_partitions", defaults.allgather_partitions);
   if (!zero.allgather_partitions) {
     view.not_supported("allgather_partitions", false,
                        "only true (all-gather) is accepted; the broadcast variant is not "
@@ -629,7 +641,8 @@ void parse_scheduler(const ObjectView& top, Config& config) {
       "resuming a schedule is done by the engine, not by this key"};
   check_default_only(params, kLastBatchIteration);
 
-  result.warmup_num_steps = params.get_integer("warmup_num_steps", 1000, 1, kInt64Max,
+  const SchedulerConfig defaults;
+  result.warmup_num_steps = params.get_integer("warmup_num_steps", defaults.warmup_num_steps, 1, kInt64Max,
                                                "an integer >= 1 (DeepSpeed uses at least 2)");
   if (std::optional<std::string> warmup_type =
           params.get_optional_string("warmup_type", "\"log\" or \"linear\"")) {
@@ -645,14 +658,15 @@ void parse_scheduler(const ObjectView& top, Config& config) {
   }
 
   if (result.type == SchedulerType::kWarmupCosineLR) {
-    result.warmup_min_ratio = params.get_number("warmup_min_ratio", 0.0, unit_range,
-                                                "a number in [0, 1]");
-    result.cos_min_ratio = params.get_number("cos_min_ratio", 0.0001, unit_range,
+    result.warmup_min_ratio = params.get_number("warmup_min_ratio", defaults.warmup_min_ratio,
+                                                unit_range, "a number in [0, 1]");
+    result.cos_min_ratio = params.get_number("cos_min_ratio", defaults.cos_min_ratio, unit_range,
                                              "a number in [0, 1]");
   } else {
-    result.warmup_min_lr = params.get_number("warmup_min_lr", 0.0, non_negative, "a number >= 0");
+    result.warmup_min_lr =
+        params.get_number("warmup_min_lr", defaults.warmup_min_lr, non_negative, "a number >= 0");
     result.warmup_max_lr =
-        params.get_number("warmup_max_lr", 0.001, non_negative, "a number >= 0");
+        params.get_number("warmup_max_lr", defaults.warmup_max_lr, non_negative, "a number >= 0");
   }
 
   if (result.type != SchedulerType::kWarmupLR) {
@@ -692,9 +706,11 @@ void parse_training_extras(const ObjectView& top, Config& config) {
   if (config.steps_per_print && *config.steps_per_print < 1) {
     top.invalid("steps_per_print", *top.raw("steps_per_print"), print_expected);
   }
-  config.wall_clock_breakdown = top.get_bool("wall_clock_breakdown", false);
-  config.seed = static_cast<uint64_t>(top.get_integer(
-      "seed", 1234, 0, kInt64Max, "an integer in [0, 9223372036854775807] (a zero extension)"));
+  const Config defaults;
+  config.wall_clock_breakdown = top.get_bool("wall_clock_breakdown", defaults.wall_clock_breakdown);
+  config.seed = static_cast<uint64_t>(
+      top.get_integer("seed", static_cast<int64_t>(defaults.seed), 0, kInt64Max,
+                      "an integer in [0, 9223372036854775807] (a zero extension)"));
 
   const Json* section = top.given("csv_monitor");
   if (section == nullptr || section->is_null()) return;
@@ -769,7 +785,7 @@ std::string effective_json(const Config& config) {
   root["zero_optimization"] = {{"stage", zero.stage},
                                {"reduce_bucket_size", zero.reduce_bucket_size},
                                {"allgather_bucket_size", zero.allgather_bucket_size},
-                               {"overlap_comm", zero.overlap_comm},
+                               {"overlap_comm", zero.overlap_comm_enabled()},
                                {"contiguous_gradients", zero.contiguous_gradients},
                                {"reduce_scatter", zero.reduce_scatter},
                                {"allgather_partitions", zero.allgather_partitions},
@@ -837,6 +853,18 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
   }
   config.effective_json = effective_json(config);
   return config;
+}
+
+void validate_config(const Config& config) {
+  // The one field the JSON form cannot carry wrong: it writes fp16/bf16.enabled from it.
+  const c10::ScalarType p = config.param_dtype;
+  if (p != c10::ScalarType::Float && p != c10::ScalarType::Half && p != c10::ScalarType::BFloat16) {
+    fail(config.source, "param_dtype " + dtype_name(p) + " is not supported; allowed: fp32, "
+                        "fp16 (fp16.enabled true) or bf16 (bf16.enabled true)");
+  }
+  // One validator: the config written out as the JSON the parser reads (effective_json's form,
+  // which names every key) and parsed with the rules and messages of parse_config.
+  (void)parse_config(effective_json(config), config.world_size, config.source);
 }
 
 Config load_config(const std::string& path, int world_size) {

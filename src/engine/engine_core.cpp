@@ -68,27 +68,19 @@ EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& c
       scaler_(config.loss_scale, config.param_dtype == at::kHalf) {
   ZERO_CHECK(model_ != nullptr, "zero::initialize: model is null");
   ZERO_CHECK(comm_ != nullptr, "zero::initialize: communicator is null");
+  // A config built or changed in code meets the parser's rules and messages too.
+  validate_config(config_);
   rank_ = comm_->rank();
   world_ = comm_->size();
   ZERO_CHECK(config_.world_size == world_, config_.source, ": the config was solved for world size ",
              config_.world_size, " but the communicator has ", world_,
              " ranks; pass comm->size() to parse_config/load_config");
+  // validate_config has checked the stage and the dtypes (Note [Compute dtype]).
   stage_ = config_.zero_optimization.stage;
-  ZERO_CHECK(stage_ >= 0 && stage_ <= 3, config_.source, ": zero_optimization.stage = ", stage_,
-             " is not supported by this engine; allowed: 0, 1, 2, 3");
+  policy_ = stage_policy(config_.zero_optimization);
   param_dtype_ = config_.param_dtype;
   compute_dtype_ = config_.compute_dtype;
   comm_dtype_ = config_.communication_dtype;
-  ZERO_CHECK(param_dtype_ == at::kFloat || is_16bit(param_dtype_),
-             "unsupported parameter dtype ", dtype_name(param_dtype_));
-  // Note [Compute dtype]: parse_config guarantees this; a Config built by hand might not.
-  ZERO_CHECK(compute_dtype_ == param_dtype_ ||
-                 (stage_ == 3 && compute_dtype_ == at::kFloat && is_16bit(param_dtype_)),
-             config_.source, ": compute_data_type ", dtype_name(compute_dtype_), " with ",
-             dtype_name(param_dtype_), " parameters at stage ", stage_, " is not supported; ",
-             "allowed: the parameter dtype, or fp32 from 16-bit parameters at stage 3");
-  ZERO_CHECK(comm_dtype_ == at::kFloat || is_16bit(comm_dtype_),
-             "unsupported communication_data_type ", dtype_name(comm_dtype_));
   grad_shard_dtype_ = kept_gradient_dtype(config_);
   scheduler_ = make_scheduler(config_);
   lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
@@ -206,7 +198,7 @@ void EngineCore::count_moved(const CommStats& moved) {
 WorkHandle EngineCore::submit(std::function<void()> task) {
   WorkHandle work = comm_->in_order(std::move(task));
   last_submitted_ = work;
-  if (!config_.zero_optimization.overlap_comm) wait_submitted();
+  if (!config_.zero_optimization.overlap_comm_enabled()) wait_submitted();
   return work;
 }
 

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "common/dtype_names.h"
 #include "engine/monitor.h"
+#include "engine/stage_policy.h"
 #include "state/loss_scaler.h"
 #include "state/shard_state.h"
 #include "state/training_state.h"
@@ -124,6 +125,7 @@ class EngineCore : public Engine, public CheckpointSubject {
   int rank_ = 0;
   int world_ = 1;
   int stage_ = 0;
+  StagePolicy policy_;  // the stage as the decisions the engines read (stage_policy.h)
   at::ScalarType param_dtype_;    // stored (the partitioned shards at stage 3)
   at::ScalarType compute_dtype_;  // computed in (Note [Compute dtype] in zero/config.h)
   at::ScalarType comm_dtype_;

@@ -96,16 +96,18 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   bool communicate_this_backward_ = false;
 
   at::Tensor params_flat_;   // param dtype, padded_numel
-  at::Tensor grads_flat_;    // stages 0/1: param dtype, padded_numel
-  // The shard space (Note [Shard state]) is update_range_ of the flat buffer; at stage 2 the
-  // state owns the gradient shard (grad_shard_dtype_), at stages 0/1 grads_flat_ lends it.
-  BufferPool pool_;  // stage 2's bucket buffers
+  at::Tensor grads_flat_;    // Gradients::kFullBuffer (stages 0/1): param dtype, padded_numel
+  // The shard space (Note [Shard state]) is update_range_ of the flat buffer; with
+  // Gradients::kOwnedShard (stage 2) the state owns the gradient shard (grad_shard_dtype_),
+  // with kFullBuffer grads_flat_ lends it.
+  BufferPool pool_;  // the bucket buffers of Gradients::kOwnedShard
 };
 
 FlatEngine::FlatEngine(std::shared_ptr<torch::nn::Module> model, const Config& config,
                        std::shared_ptr<Communicator> comm)
     : EngineCore(std::move(model), config, std::move(comm)) {
-  ZERO_INTERNAL_ASSERT(stage_ <= 2, "FlatEngine runs stages 0-2, got ", stage_);
+  ZERO_INTERNAL_ASSERT(policy_.parameters == StagePolicy::Parameters::kReplicated,
+                       "FlatEngine runs stages 0-2, got ", stage_);
   collect_parameters();
   check_ranks_agree(describe_parameters());
   build_buckets();
@@ -131,7 +133,7 @@ void FlatEngine::collect_parameters() {
     offset += p.numel;
   }
   layout_ = shard_layout(offset, world_, kShardAlignment);
-  update_range_ = stage_ == 0 ? Range{0, layout_.padded_numel} : layout_.owned(rank_);
+  update_range_ = policy_.updates_owned_shard ? layout_.owned(rank_) : Range{0, layout_.padded_numel};
 
   // Move the parameters into the flat buffer and make each one a view of it.
   params_flat_ = at::zeros({layout_.padded_numel},
@@ -154,29 +156,19 @@ std::string FlatEngine::describe_parameters() const {
 }
 
 void FlatEngine::build_buckets() {
-  const auto& zc = config_.zero_optimization;
-  // Stage 2 without contiguous_gradients reduces each gradient on its own, in place.
-  const int64_t capacity =
-      (stage_ == 2 && !zc.contiguous_gradients) ? 1 : std::max<int64_t>(1, zc.reduce_bucket_size);
-  for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
-    TrainableParameter& p = params_[i];
-    const bool fits = !buckets_.empty() && buckets_.back().range.size() + p.numel <= capacity;
-    if (!fits) {
-      buckets_.emplace_back();
-      buckets_.back().range = Range{p.offset, p.offset};
-    }
-    FlatGroup& bucket = buckets_.back();
-    bucket.range.end = p.offset + p.numel;
-    bucket.params.push_back(i);
-    p.group = static_cast<int>(buckets_.size()) - 1;
+  std::vector<int64_t> numels;
+  for (const auto& p : params_) numels.push_back(p.numel);
+  buckets_ = cut_into_groups(numels, policy_.group_capacity, layout_.padded_numel);
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) {
+    for (int i : buckets_[b].params) params_[i].group = b;
   }
-  buckets_.back().range.end = layout_.padded_numel;  // the padding rides with the last bucket
 }
 
 void FlatEngine::allocate_state() {
   const auto device = params_flat_.device();
   const auto options = at::TensorOptions().device(device);
-  if (stage_ < 2) {
+  const bool full_gradients = policy_.gradients == StagePolicy::Gradients::kFullBuffer;
+  if (full_gradients) {
     // Reduced in place bucket by bucket: from the communicator when it can place it where
     // peers read it directly (Note [Shared-memory reduce-scatter]; collective, every rank).
     grads_flat_ = device.is_cpu()
@@ -190,7 +182,7 @@ void FlatEngine::allocate_state() {
   counted(comm_->broadcast(params_flat_, 0))->wait();
   state_ = std::make_unique<ShardState>(
       config_.optimizer, params_flat_.narrow(0, update_range_.begin, update_range_.size()),
-      stage_ == 2 ? std::optional<at::ScalarType>(grad_shard_dtype_) : std::nullopt,
+      full_gradients ? std::nullopt : std::optional<at::ScalarType>(grad_shard_dtype_),
       config_.zero_optimization.sub_group_size, Placement::kDevice,
       segments_within(layout_.owned(rank_)),  // saved: stage 0 too, each rank writes 1/N
       segments_within(update_range_));        // loaded: what the state covers
@@ -199,14 +191,15 @@ void FlatEngine::allocate_state() {
 ModelStateBytes FlatEngine::model_state_bytes() const {
   ModelStateBytes bytes;
   bytes.params = params_flat_.nbytes();
-  bytes.grads = stage_ < 2 ? grads_flat_.nbytes() : state_->gradient_bytes();
+  bytes.grads = grads_flat_.defined() ? grads_flat_.nbytes() : state_->gradient_bytes();
   bytes.master_params = state_->master_bytes();
   bytes.optimizer_state = state_->moment_bytes();
   return bytes;
 }
 
 void FlatEngine::begin_backward() {
-  communicate_this_backward_ = stage_ == 2 || is_gradient_accumulation_boundary();
+  communicate_this_backward_ = policy_.reduce_when == StagePolicy::ReduceWhen::kEveryMicroStep ||
+                               is_gradient_accumulation_boundary();
   for (auto& bucket : buckets_) bucket.pending = static_cast<int>(bucket.params.size());
   next_bucket_ = 0;
 }
@@ -224,16 +217,16 @@ void FlatEngine::on_gradient_ready(int index) {
   ZERO_CHECK(in_backward_, "a gradient of '", params_[index].name,
              "' was computed outside engine.backward(loss): call engine.backward(loss) instead ",
              "of loss.backward() so loss scaling and gradient reduction happen");
-  if (!communicate_this_backward_) return;  // stages 0/1 accumulate locally until the boundary
+  if (!communicate_this_backward_) return;  // accumulated in grads_flat_ until the boundary
   TrainableParameter& p = params_[index];
   FlatGroup& bucket = buckets_[p.group];
-  if (stage_ == 2) {
+  if (policy_.gradients == StagePolicy::Gradients::kOwnedShard) {
     at::Tensor grad = p.tensor.grad();
     if (grad.defined()) {
       const bool sole_owner_of_bucket = bucket.params.size() == 1 &&
                                         bucket.range.size() == p.numel &&
                                         grad.scalar_type() == comm_dtype_ && grad.is_contiguous();
-      if (!config_.zero_optimization.contiguous_gradients && sole_owner_of_bucket) {
+      if (policy_.reduce_lone_gradient_in_place && sole_owner_of_bucket) {
         bucket.grad_buffer = grad.view({-1});  // reduce the gradient in place, no bucket copy
       } else {
         if (!bucket.grad_buffer.defined()) {
@@ -258,7 +251,7 @@ void FlatEngine::launch_ready_buckets() {
 
 void FlatEngine::launch_bucket(int index) {
   FlatGroup& bucket = buckets_[index];
-  if (stage_ == 2 && !bucket.grad_buffer.defined()) {
+  if (policy_.gradients == StagePolicy::Gradients::kOwnedShard && !bucket.grad_buffer.defined()) {
     pool_.acquire_gradients(bucket, bucket.range.size(), params_flat_.options().dtype(comm_dtype_));
   }
   submit([this, index] { reduce_bucket(buckets_[index]); });
@@ -270,11 +263,12 @@ void FlatEngine::reduce_bucket(FlatGroup& bucket) {
   const std::vector<int64_t> counts = layout_.owner_counts(bucket.range);
   const Range owned = intersect(bucket.range, layout_.owned(rank_));
   const int64_t own_offset = owned.empty() ? 0 : owned.begin - bucket.range.begin;
-  const bool all_reduce = stage_ == 0 || !config_.zero_optimization.reduce_scatter;
+  const bool all_reduce = policy_.reduction == StagePolicy::Reduction::kAllReduce;
+  const bool full_gradients = policy_.gradients == StagePolicy::Gradients::kFullBuffer;
 
   at::Tensor work;
-  at::Tensor grads_view;  // stages 0/1: where the result goes back
-  if (stage_ < 2) {
+  at::Tensor grads_view;  // full_gradients: where the result goes back
+  if (full_gradients) {
     grads_view = grads_flat_.narrow(0, bucket.range.begin, bucket.range.size());
     work = comm_dtype_ == param_dtype_ ? grads_view : grads_view.to(comm_dtype_);
   } else {
@@ -285,7 +279,7 @@ void FlatEngine::reduce_bucket(FlatGroup& bucket) {
   counted(comm_->reduce_scatter(work, own, ReduceOp::kSum, counts))->wait();
   if (all_reduce) counted(comm_->all_gather(own, work, counts))->wait();
 
-  if (stage_ < 2) {
+  if (full_gradients) {
     if (!work.is_same(grads_view)) {
       if (all_reduce) {
         grads_view.copy_(work);
@@ -309,7 +303,7 @@ void FlatEngine::reduce_bucket(FlatGroup& bucket) {
 
 at::Tensor FlatEngine::owned_gradient() const {
   const Range owned = layout_.owned(rank_);
-  if (stage_ == 2) return state_->gradient();
+  if (!grads_flat_.defined()) return state_->gradient();
   return grads_flat_.narrow(0, owned.begin, owned.size());
 }
 
@@ -322,9 +316,11 @@ double FlatEngine::local_sum_of_squares() {
 void FlatEngine::apply_update(double grad_multiplier) {
   // Stage 0 updates the whole buffer on every rank, from the all-reduced gradients; stage 1
   // lends the owned range of the gradient buffer; stage 2's state owns its gradient shard.
-  state_->step(grad_multiplier, lr_,
-               stage_ == 0 ? grads_flat_ : stage_ == 1 ? owned_gradient() : at::Tensor());
-  if (stage_ > 0) all_gather_parameters();
+  const at::Tensor lent = !policy_.updates_owned_shard ? grads_flat_
+                          : grads_flat_.defined()      ? owned_gradient()
+                                                       : at::Tensor();
+  state_->step(grad_multiplier, lr_, lent);
+  if (policy_.updates_owned_shard) all_gather_parameters();
 }
 
 // Checkpoints list the parameters in model (registration) order, the reverse of the
@@ -354,7 +350,7 @@ void FlatEngine::reload_parameters() {
   at::NoGradGuard no_grad;
   // The 16-bit copy is the master weights rounded, exactly as the optimizer writes it.
   state_->round_params_from_master();
-  if (stage_ > 0) all_gather_parameters();
+  if (policy_.updates_owned_shard) all_gather_parameters();
   zero_gradients();
 }
 
@@ -396,7 +392,7 @@ void FlatEngine::all_gather_parameters() {
 }
 
 void FlatEngine::zero_gradients() {
-  if (stage_ < 2) {
+  if (grads_flat_.defined()) {
     grads_flat_.zero_();
   } else {
     state_->gradient().zero_();

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "zero/error.h"
@@ -44,6 +45,27 @@ ModelParameters collect_trainable_parameters(const torch::nn::Module& model) {
                "; all trainable parameters must be on one device");
   }
   return result;
+}
+
+std::vector<FlatGroup> cut_into_groups(const std::vector<int64_t>& numels, int64_t capacity,
+                                       int64_t padded_numel) {
+  ZERO_INTERNAL_ASSERT(!numels.empty() && capacity >= 1, "cut_into_groups: ", numels.size(),
+                       " parameters, capacity ", capacity);
+  std::vector<FlatGroup> groups;
+  int64_t offset = 0;
+  for (int i = 0; i < static_cast<int>(numels.size()); ++i) {
+    const bool fits = !groups.empty() && groups.back().range.size() + numels[i] <= capacity;
+    if (!fits) {
+      groups.emplace_back();
+      groups.back().range = Range{offset, offset};
+    }
+    offset += numels[i];
+    groups.back().range.end = offset;
+    groups.back().params.push_back(i);
+  }
+  ZERO_INTERNAL_ASSERT(padded_numel >= offset, "padded_numel ", padded_numel, " < ", offset);
+  groups.back().range.end = padded_numel;  // the padding rides with the last group
+  return groups;
 }
 
 at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) {

@@ -66,6 +66,13 @@ struct FlatGroup {
   at::Tensor grad_pooled;
 };
 
+/// Cuts a flat buffer holding parameters of `numels` back to back from offset 0 into groups
+/// of at most `capacity` elements at parameter boundaries (a parameter larger than the
+/// capacity is a group of its own), in order; the last group also covers the padding up to
+/// `padded_numel`. Sets each group's params (indices into `numels`) and range. Pure.
+std::vector<FlatGroup> cut_into_groups(const std::vector<int64_t>& numels, int64_t capacity,
+                                       int64_t padded_numel);
+
 // Communication buffers (gathered parameters, gradients in flight), reused across groups and
 // steps like a caching allocator: a fresh buffer each step costs its page faults again (buffers
 // this size are mmap'ed by glibc and unmapped on free). Clearing the cache after every backward

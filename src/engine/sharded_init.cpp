@@ -27,6 +27,7 @@ thread_local ShardedInit::State* active = nullptr;
 ShardedInit::ShardedInit(const Config& config, std::shared_ptr<Communicator> comm)
     : state_(std::make_unique<State>()) {
   ZERO_CHECK(comm != nullptr, "zero::ShardedInit: communicator is null");
+  validate_config(config);
   ZERO_CHECK(config.zero_optimization.stage == 3, config.source,
              ": zero::ShardedInit partitions parameters while the model is built, which is ZeRO ",
              "stage 3; zero_optimization.stage = ", config.zero_optimization.stage,

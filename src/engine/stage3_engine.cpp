@@ -168,7 +168,8 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
 Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Config& config,
                            std::shared_ptr<Communicator> comm)
     : EngineCore(std::move(model), config, std::move(comm)) {
-  ZERO_INTERNAL_ASSERT(stage_ == 3, "Stage3Engine runs stage 3, got ", stage_);
+  ZERO_INTERNAL_ASSERT(policy_.parameters == StagePolicy::Parameters::kPartitioned,
+                       "Stage3Engine runs stage 3, got ", stage_);
   const auto& zc = config_.zero_optimization;
   ZERO_CHECK(zc.reduce_scatter, config_.source, ": zero_optimization.reduce_scatter = false is ",
              "not supported at stage 3 (gradients are always reduce-scattered); allowed: true");
@@ -189,7 +190,7 @@ Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Confi
   limits.prefetch_bucket = zc.stage3_prefetch_bucket_size;
   limits.max_live = zc.stage3_max_live_parameters;
   limits.max_reuse_distance = zc.stage3_max_reuse_distance;
-  limits.prefetch = zc.overlap_comm && zc.stage3_prefetch_bucket_size > 0;
+  limits.prefetch = zc.overlap_comm_enabled() && zc.stage3_prefetch_bucket_size > 0;
   schedule_ = std::make_unique<GatherSchedule>(std::move(numel), std::move(padded), limits);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
