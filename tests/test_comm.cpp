@@ -3,7 +3,7 @@
 // Every rank runs every test and every collective in the same order. Inputs are generated
 // from (seed, rank, index), so each rank can compute what any other rank contributed and
 // hence the exact expected result of a reduction in the order of
-// Note [Deterministic ring reduction] (zero/comm.h); results are compared bit for bit.
+// Note [MPI ring order] (src/comm/mpi_communicator.cpp); results are compared bit for bit.
 // Checks around collectives use EXPECT_* only, so that no rank skips a collective that the
 // others enter.
 #include <gtest/gtest.h>

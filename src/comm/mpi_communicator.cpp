@@ -619,8 +619,10 @@ class MpiCommunicator final : public Communicator {
     return scratch_.get();
   }
 
-  // Note [MPI ring order] (the order Note [Deterministic reduction] in zero/comm.h asks of a
-  // deterministic backend): at step s = 0..N-2 rank r sends its working copy of
+  // Note [MPI ring order]
+  // ~~~~~~~~~~~~~~~~~~~~~~
+  // The order Note [Deterministic reduction] in zero/comm.h asks of a deterministic
+  // backend: at step s = 0..N-2 rank r sends its working copy of
   // chunk (r-s-1) mod N to rank r+1 and receives chunk (r-s-2) mod N from rank r-1, reducing
   // the received partial into its own copy of that chunk. Chunk c therefore starts on rank
   // c+1 and picks up the ranks' contributions in the order c+2, ..., c: element-wise, the

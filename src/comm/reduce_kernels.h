@@ -1,5 +1,5 @@
 // Elementwise reductions of the ring collectives (see Note [MPI ring order] in
-// zero/comm.h):
+// src/comm/mpi_communicator.cpp):
 //
 //   reduce_into:  dst[i] = op(dst[i], src[i])     for i in [0, n)
 //   reduce_to:    out[i] = op(a[i], b[i])         (out may be a or b exactly; else disjoint)

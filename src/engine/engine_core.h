@@ -1,6 +1,6 @@
 // What every ZeRO stage shares: the step protocol (loss scaling, global norm, fp16 overflow
 // skip, clipping, learning-rate schedule, monitor), communication accounting, and gradient
-// readiness hooks. FlatEngine (stages 0-2, engine.cpp) and Stage3Engine (stage3_engine.cpp)
+// readiness hooks. FlatEngine (stages 0-2, flat_engine.cpp) and Stage3Engine (stage3_engine.cpp)
 // supply where gradients and parameters live.
 #pragma once
 
