@@ -157,10 +157,10 @@ struct FreeDeleter {
 // What one call was asked to do: its buffers (handles, kept alive until it has run) and, for
 // error messages, its arguments.
 struct Call {
-  const char* op;
-  at::Tensor input;   // reduce_scatter/all_gather input; all_reduce/broadcast buffer
-  at::Tensor output;
-  std::vector<int64_t> counts;
+  const char* op = "";
+  at::Tensor input = {};   // reduce_scatter/all_gather input; all_reduce/broadcast buffer
+  at::Tensor output = {};
+  std::vector<int64_t> counts = {};
   bool has_counts = false;
   bool has_root = false;
   int root = 0;
