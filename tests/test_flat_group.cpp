@@ -8,7 +8,9 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <numeric>
 #include <random>
 #include <set>
@@ -17,6 +19,8 @@
 
 #include "engine/flat_group.h"
 #include "engine/stage_policy.h"
+#include "engine/unit_grouping.h"
+#include "zero/unit.h"
 #include "zero/error.h"
 
 namespace zero::test {
@@ -172,6 +176,71 @@ TEST(CollectTrainableParameters, RejectsNoneAndNonFloatingPoint) {
   auto frozen_only = std::make_shared<torch::nn::Module>();
   frozen_only->register_parameter("w", at::zeros({2}), /*requires_grad=*/false);
   EXPECT_THROW(collect_trainable_parameters(*frozen_only), Error);  // no trainable one
+}
+
+// Stage 3's grouping rule (unit_grouping.h), the one the engine and ShardedInit share: a
+// module belongs to its own unit when declared, else to its parent's; a parameter to the unit
+// of its first registering module; small ones and those outside every unit stay whole.
+struct Block : torch::nn::Module {
+  explicit Block(int width) {
+    big = register_module("big", torch::nn::Linear(width, width));  // width*width + width
+    tiny = register_parameter("tiny", at::zeros({3}));
+  }
+  torch::nn::Linear big{nullptr};
+  at::Tensor tiny;
+};
+
+struct Tower : torch::nn::Module {
+  Tower() {
+    outer = register_module("outer", std::make_shared<Block>(8));   // a unit
+    inner = outer->register_module("inner", std::make_shared<Block>(4));  // a unit inside it
+    loose = register_module("loose", torch::nn::Linear(2, 2));  // in no unit
+    declare_unit(*outer);
+    declare_unit(*inner);
+  }
+  std::shared_ptr<Block> outer, inner;
+  torch::nn::Linear loose{nullptr};
+};
+
+TEST(AssignUnits, UnitsByModuleAndParametersByFirstRegistration) {
+  auto model = std::make_shared<Tower>();
+  const ModelParameters collected = collect_trainable_parameters(*model);
+  const UnitAssignment a = assign_units(collected, /*threshold=*/3, /*cap=*/INT64_MAX);
+  std::vector<std::string> unit_names;
+  for (int m : a.unit_modules) unit_names.push_back(collected.modules[m].first);
+  EXPECT_EQ(unit_names, (std::vector<std::string>{"outer", "outer.inner"}));
+  for (size_t m = 0; m < collected.modules.size(); ++m) {
+    const std::string& name = collected.modules[m].first;
+    const int expected = name.rfind("outer.inner", 0) == 0 ? 1 : name.rfind("outer", 0) == 0 ? 0 : -1;
+    EXPECT_EQ(a.unit_of_module[m], expected) << name;
+  }
+  for (size_t i = 0; i < collected.parameters.size(); ++i) {
+    const TrainableParameter& p = collected.parameters[i];
+    const int expected_unit = p.name.rfind("outer.inner.", 0) == 0 ? 1
+                              : p.name.rfind("outer.", 0) == 0      ? 0
+                                                                    : -1;
+    EXPECT_EQ(a.home_unit[i], expected_unit) << p.name;
+    // tiny (3 elements) is at the threshold; biases of 8 and 4 are above it; loose.* is in no unit.
+    const bool expected_persistent = expected_unit < 0 || p.numel <= 3;
+    EXPECT_EQ(a.persistent[i], expected_persistent) << p.name;
+  }
+}
+
+TEST(AssignUnits, TheModelWideCapKeepsTheFirstSmallOnesWhole) {
+  auto model = std::make_shared<Tower>();
+  const ModelParameters collected = collect_trainable_parameters(*model);
+  // Registration order: outer.tiny 3, outer.big.weight 64, outer.big.bias 8, outer.inner.tiny
+  // 3, outer.inner.big.weight 16, outer.inner.big.bias 4, loose.weight 4, loose.bias 2. With
+  // threshold 10 and cap 11 the small ones stay whole while the total fits: 3 + 8 = 11, then
+  // outer.inner.tiny (14) and the bias of 4 (15) are partitioned; loose.* is in no unit and
+  // stays whole regardless.
+  const UnitAssignment a = assign_units(collected, /*threshold=*/10, /*cap=*/11);
+  std::vector<std::string> whole;
+  for (size_t i = 0; i < collected.parameters.size(); ++i) {
+    if (a.persistent[i]) whole.push_back(collected.parameters[i].name);
+  }
+  EXPECT_EQ(whole, (std::vector<std::string>{"outer.tiny", "outer.big.bias", "loose.weight",
+                                             "loose.bias"}));
 }
 
 // The one keep policy (Note [Flat groups]): a released buffer is reused, the smallest that

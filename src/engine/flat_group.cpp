@@ -10,7 +10,7 @@
 
 namespace zero {
 
-ModelParameters collect_trainable_parameters(const torch::nn::Module& model) {
+ModelParameters collect_trainable_parameters(const torch::nn::Module& model, bool require_some) {
   ModelParameters result;
   for (const auto& item : model.named_modules()) result.modules.emplace_back(item.key(), item.value());
   std::unordered_map<const void*, int> index_of;  // TensorImpl -> parameters index
@@ -37,7 +37,9 @@ ModelParameters collect_trainable_parameters(const torch::nn::Module& model) {
       result.uses[m].push_back(found->second);
     }
   }
-  ZERO_CHECK(!result.parameters.empty(), "zero::initialize: the model has no trainable parameters");
+  ZERO_CHECK(!require_some || !result.parameters.empty(),
+             "zero::initialize: the model has no trainable parameters");
+  if (result.parameters.empty()) return result;
   const TrainableParameter& first = result.parameters.front();
   for (const TrainableParameter& p : result.parameters) {
     ZERO_CHECK(p.tensor.device() == first.tensor.device(), "parameter '", p.name, "' is on ",

@@ -52,8 +52,10 @@ struct ModelParameters {
 };
 
 /// The one parameter collector of every stage. Throws zero::Error (naming the parameter) when
-/// there is none, one is not floating point, or they are not all on one device.
-ModelParameters collect_trainable_parameters(const torch::nn::Module& model);
+/// one is not floating point, they are not all on one device, or (`require_some`) there is
+/// none.
+ModelParameters collect_trainable_parameters(const torch::nn::Module& model,
+                                             bool require_some = true);
 
 /// A flat run of parameters whose gradients are reduced together (Note [Flat groups]).
 struct FlatGroup {

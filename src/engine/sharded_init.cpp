@@ -7,7 +7,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/flat_group.h"
 #include "engine/param_storage.h"
+#include "engine/unit_grouping.h"
 #include "engine/unit_registry.h"
 #include "zero/error.h"
 
@@ -53,29 +55,23 @@ ShardedInit::~ShardedInit() { active = nullptr; }
 void partition_declared_unit(torch::nn::Module& module) {
   ShardedInit::State* state = active;
   if (state == nullptr) return;
-  // The unit's own parameters: module pre-order, skipping units declared inside it (already
-  // partitioned), parameters claimed by earlier units, frozen ones, and the persistent ones —
-  // the same rule zero::initialize applies (Note [Stage 3 units]).
-  std::vector<std::string> inner_units;
-  std::vector<at::Tensor> params;
+  // The unit's own partitioned parameters by the engine's grouping rule (unit_grouping.h)
+  // applied to the unit's subtree, where the unit is unit 0 (first in pre-order): those whose
+  // first registering module is in the unit but not inside a unit declared within it (already
+  // partitioned), not persistent, and not claimed by a unit finished earlier in construction
+  // (a parameter shared with it). The engine applies the same rule to the finished model and
+  // checks that the two agree (stage3_engine.cpp).
   const int64_t threshold = state->config.zero_optimization.stage3_param_persistence_threshold;
-  for (const auto& item : module.named_modules()) {
-    const std::string& name = item.key();
-    bool inside_inner = false;
-    for (const auto& inner : inner_units) {
-      if (name == inner || name.rfind(inner + ".", 0) == 0) inside_inner = true;
-    }
-    if (inside_inner) continue;
-    if (!name.empty() && is_declared_unit(*item.value())) {
-      inner_units.push_back(name);
-      continue;
-    }
-    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
-      const at::Tensor& tensor = p.value();
-      if (!tensor.requires_grad() || tensor.numel() <= threshold) continue;
-      if (!state->claimed.insert(tensor.unsafeGetTensorImpl()).second) continue;
-      params.push_back(tensor);
-    }
+  const ModelParameters collected = collect_trainable_parameters(module, /*require_some=*/false);
+  // The model-wide cap is refused with ShardedInit (see the constructor).
+  const UnitAssignment assignment =
+      assign_units(collected, threshold, std::numeric_limits<int64_t>::max());
+  std::vector<at::Tensor> params;
+  for (size_t i = 0; i < collected.parameters.size(); ++i) {
+    if (assignment.home_unit[i] != 0 || assignment.persistent[i]) continue;
+    const at::Tensor& tensor = collected.parameters[i].tensor;
+    if (!state->claimed.insert(tensor.unsafeGetTensorImpl()).second) continue;
+    params.push_back(tensor);
   }
   if (params.empty()) return;
   auto unit = std::make_shared<PrepartitionedUnit>();

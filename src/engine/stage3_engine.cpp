@@ -58,6 +58,7 @@
 #include "engine/gather_schedule.h"
 #include "engine/param_storage.h"
 #include "engine/parameter_access.h"
+#include "engine/unit_grouping.h"
 #include "engine/unit_registry.h"
 #include "zero/error.h"
 #include "zero/shard.h"
@@ -214,37 +215,22 @@ Stage3Engine::~Stage3Engine() {
 }
 
 void Stage3Engine::collect_parameters() {
-  // Modules in pre-order with the unit each belongs to (its own if declared, else its
-  // parent's; -1: outside every unit).
-  std::unordered_map<const torch::nn::Module*, int> unit_of;
-  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
-  for (const auto& item : model_->named_modules()) modules.emplace_back(item.key(), item.value());
-  for (const auto& [name, module] : modules) {
-    int unit = -1;
-    const auto parent_separator = name.rfind('.');
-    if (!name.empty()) {
-      const std::string parent = parent_separator == std::string::npos ? "" : name.substr(0, parent_separator);
-      for (const auto& [other_name, other] : modules) {
-        if (other_name == parent) {
-          unit = unit_of.at(other.get());
-          break;
-        }
-      }
-    }
-    if (is_declared_unit(*module)) {
-      Unit u;
-      u.name = name.empty() ? "<model>" : name;
-      u.module = module.get();
-      units_.push_back(std::move(u));
-      unit = static_cast<int>(units_.size()) - 1;
-    }
-    unit_of[module.get()] = unit;
+  // Parameters, each once (the first module that registers a shared one owns it), and the
+  // grouping rule over them (unit_grouping.h), before the model changes dtype.
+  const auto& zc = config_.zero_optimization;
+  ModelParameters collected = collect_trainable_parameters(*model_);
+  const UnitAssignment assignment = assign_units(
+      collected, zc.stage3_param_persistence_threshold, zc.stage3_model_persistence_threshold);
+  for (int m : assignment.unit_modules) {
+    Unit u;
+    u.name = collected.modules[m].first.empty() ? "<model>" : collected.modules[m].first;
+    u.module = collected.modules[m].second.get();
+    units_.push_back(std::move(u));
   }
   ZERO_CHECK(!units_.empty(), config_.source, ": zero_optimization.stage = 3, but the model ",
              "declares no units: call zero::declare_unit(module) for each block (zero/unit.h) ",
              "and run them with zero::run, or use stage 2");
   // Units partitioned while the model was built must match this engine's configuration.
-  const auto& zc = config_.zero_optimization;
   for (auto& unit : units_) {
     unit.prepartitioned = take_prepartitioned(*unit.module);
     if (!unit.prepartitioned) continue;
@@ -262,39 +248,25 @@ void Stage3Engine::collect_parameters() {
   }
   // DeepSpeed converts the whole module to the training dtype (module.half()/bfloat16()); here
   // the compute dtype (Note [Compute dtype]). Partitioned parameters are in that dtype already,
-  // so this never reads their storage.
+  // so this never reads their storage. The parameters keep their TensorImpls (set_data).
   model_->to(compute_dtype_);
 
-  // Parameters, each once (the first module that registers a shared one owns it).
-  ModelParameters collected = collect_trainable_parameters(*model_);
   params_ = std::move(collected.parameters);
-  std::vector<int> home_unit;  // per params_ entry
-  for (const TrainableParameter& p : params_) {
-    home_unit.push_back(unit_of.at(collected.modules[p.module].second.get()));
-  }
+  const std::vector<int>& home_unit = assignment.home_unit;
+  const std::vector<bool>& persistent = assignment.persistent;
   std::vector<std::vector<int>> unit_uses(units_.size());  // params each unit touches
   for (int m = 0; m < static_cast<int>(collected.modules.size()); ++m) {
-    const int unit = unit_of.at(collected.modules[m].second.get());
+    const int unit = assignment.unit_of_module[m];
     if (unit < 0) continue;
     for (int index : collected.uses[m]) unit_uses[unit].push_back(index);
   }
+  int64_t persistent_numel = 0;
   for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
     param_index_[params_[i].tensor.unsafeGetTensorImpl()] = i;
     num_parameters_ += params_[i].numel;
+    if (persistent[i]) persistent_numel += params_[i].numel;
   }
 
-  // Persistence: small parameters (in registration order, within the model-wide cap) and
-  // everything outside the units stay whole.
-  std::vector<bool> persistent(params_.size(), false);
-  int64_t persistent_numel = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const bool small = params_[i].numel <= zc.stage3_param_persistence_threshold &&
-                       persistent_numel + params_[i].numel <= zc.stage3_model_persistence_threshold;
-    if (home_unit[i] < 0 || small) {
-      persistent[i] = true;
-      persistent_numel += params_[i].numel;
-    }
-  }
   // Groups: the persistent one first, then one per unit that owns partitioned parameters.
   auto add_param = [&](int g, int i) {
     Group& group = groups_[g];
