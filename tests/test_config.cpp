@@ -272,7 +272,9 @@ TEST(Config, EffectiveJson) {
             R"("train_batch_size":8,"train_micro_batch_size_per_gpu":4,)"
             R"("wall_clock_breakdown":false,)"
             R"("zero_optimization":{"allgather_bucket_size":500000000,"allgather_partitions":true,)"
-            R"("contiguous_gradients":true,"overlap_comm":false,"reduce_bucket_size":500000000,)"
+            R"("contiguous_gradients":true,"offload_optimizer":{"device":"none","pin_memory":false},)"
+            R"("offload_param":{"device":"none","pin_memory":false},)"
+            R"("overlap_comm":false,"reduce_bucket_size":500000000,)"
             R"("reduce_scatter":true,"stage":1,)"
             R"("stage3_gather_16bit_weights_on_model_save":false,)"
             R"("stage3_max_live_parameters":1000000000,"stage3_max_reuse_distance":1000000000,)"
@@ -459,8 +461,26 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"zero_optimization.allgather_partitions = false is not supported yet"}},
       {"overlap_comm string", with(R"("zero_optimization": {"overlap_comm": "yes"})"), 1,
        {"zero_optimization.overlap_comm = \"yes\"", "true, false or null"}},
-      {"offload to cpu", with(R"("zero_optimization": {"offload_optimizer": {"device": "cpu"}})"), 1,
-       {"zero_optimization.offload_optimizer.device = \"cpu\" is not supported yet", "\"none\""}},
+      {"offload at stage 0", with(R"("zero_optimization": {"offload_optimizer": {"device": "cpu"}})"), 1,
+       {"zero_optimization.offload_optimizer.device = \"cpu\" needs zero_optimization.stage 1 or "
+        "higher (got 0)"}},
+      {"offload_param below stage 3",
+       with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})"), 1,
+       {"zero_optimization.offload_param.device = \"cpu\" needs zero_optimization.stage 3",
+        "(got 2)"}},
+      {"offload to nvme",
+       with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}})"), 1,
+       {"zero_optimization.offload_optimizer.device = \"nvme\" is not supported yet",
+        "\"none\" or \"cpu\""}},
+      {"offload device typo",
+       with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "gpu"}})"), 1,
+       {"zero_optimization.offload_optimizer.device = \"gpu\" is invalid", "\"none\" or \"cpu\""}},
+      {"partial offload",
+       with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}})"), 1,
+       {"zero_optimization.offload_optimizer.ratio = 0.3 is not supported yet", "only 1.0"}},
+      {"offload_param key of offload_optimizer",
+       with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pipeline_read": true}})"), 1,
+       {"unknown key 'zero_optimization.offload_param.pipeline_read'"}},
       {"non-default unimplemented stage3 key",
        with(R"("zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 7})"), 1,
        {"zero_optimization.stage3_module_granularity_threshold = 7 is not supported yet",
@@ -1024,6 +1044,39 @@ TEST(ValidateConfig, HandBuiltInvalidConfigsGetTheParsersMessage) {
   c.communication_dtype = c10::ScalarType::Double;
   message = validation_error_of(c);
   EXPECT_NE(message.find("communication_data_type"), std::string::npos) << message;
+}
+
+
+// DeepSpeed's ZeRO-Offload keys with device "cpu": accepted at the stages that can use them
+// (the optimizer state from stage 1, the parameters at stage 3), recorded, and written back by
+// effective JSON; the nvme-only keys must be known and have no effect.
+TEST(Config, OffloadToCpu) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    const Config c = parse_config(
+        with(R"("zero_optimization": {"stage": )" + std::to_string(stage) +
+             R"(, "offload_optimizer": {"device": "CPU", "pin_memory": true, "buffer_count": 4,
+                 "pipeline_read": false, "fast_init": false, "ratio": 1.0}})"), 1, kSource);
+    EXPECT_EQ(c.zero_optimization.offload_optimizer.device, OffloadDevice::kCpu);
+    EXPECT_TRUE(c.zero_optimization.offload_optimizer.pin_memory);
+    EXPECT_EQ(c.zero_optimization.offload_param.device, OffloadDevice::kNone);
+    EXPECT_EQ(validation_error_of(c), "<no error>");
+    EXPECT_NE(c.effective_json.find(R"("offload_optimizer":{"device":"cpu","pin_memory":true})"),
+              std::string::npos) << c.effective_json;
+  }
+  const Config c = parse_config(
+      with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu",
+               "buffer_size": 1e8, "max_in_cpu": 1e9}, "offload_optimizer": {"device": "none"}})"),
+      1, kSource);
+  EXPECT_EQ(c.zero_optimization.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_FALSE(c.zero_optimization.offload_param.pin_memory);
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(validation_error_of(c), "<no error>");
+  // A hand-built config gets the parser's stage rule.
+  Config built;
+  built.zero_optimization.offload_param.device = OffloadDevice::kCpu;
+  EXPECT_NE(validation_error_of(built).find("offload_param.device = \"cpu\" needs"),
+            std::string::npos) << validation_error_of(built);
 }
 
 }  // namespace

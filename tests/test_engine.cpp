@@ -294,6 +294,27 @@ TEST(Misuse, HandBuiltInvalidConfigIsRejectedWithTheParsersMessage) {
 }
 
 
+// Note [CPU offload on CPU ranks]: offload device "cpu" keeps the shard state in host memory,
+// where a CPU rank's state is anyway: bitwise the same training, the same bytes.
+TEST(Offload, CpuDeviceOnCpuRanksChangesNoBit) {
+  auto comm = world();
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    RunOptions options;
+    options.stage = stage;
+    options.dtype = "bf16";
+    options.extra_zero_json = stage == 3 ? "\"stage3_param_persistence_threshold\": 0" : "";
+    const RunResult plain = run_engine(mlp_spec(), options, comm);
+    options.extra_zero_json += std::string(stage == 3 ? ", " : "") +
+                               "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}" +
+                               (stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
+    const RunResult offloaded = run_engine(mlp_spec(), options, comm);
+    EXPECT_TRUE(at::equal(plain.parameters, offloaded.parameters));
+    EXPECT_EQ(plain.losses, offloaded.losses);
+    EXPECT_EQ(plain.state_bytes.total(), offloaded.state_bytes.total());
+  }
+}
+
 TEST(StartUp, ConfigsThatDisagreeNameTheKey) {
   auto comm = world();
   if (comm->size() == 1) GTEST_SKIP() << "needs two ranks";

@@ -69,6 +69,17 @@ struct ZERO_API LossScaleConfig {
   double min_loss_scale = 1.0;
 };
 
+/// Where zero_optimization.offload_optimizer / offload_param put their state (DeepSpeed's
+/// ZeRO-Offload keys). "cpu" is host memory: on CPU ranks the state is there already, so it is
+/// accepted as such and nothing moves (zero::initialize says so once). "nvme" is not
+/// supported yet and is rejected by the parser.
+enum class OffloadDevice { kNone, kCpu };
+
+struct ZERO_API OffloadConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  bool pin_memory = false;  // page-locked host memory: a CUDA concept, no effect on CPU ranks
+};
+
 struct ZERO_API ZeroOptimizationConfig {
   int stage = 0;                            // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500000000;   // elements per gradient bucket
@@ -90,6 +101,10 @@ struct ZERO_API ZeroOptimizationConfig {
   // working set of an offloaded step (Note [Shard state] in src/state/shard_state.h). The
   // value never changes a result.
   int64_t sub_group_size = 1000000000;
+  /// The fp32 master weights and optimizer moments (stages 1-3).
+  OffloadConfig offload_optimizer;
+  /// The partitioned 16-bit parameter shards (stage 3).
+  OffloadConfig offload_param;
 
   bool overlap_comm_enabled() const { return overlap_comm.value_or(stage == 3); }
 };

@@ -484,6 +484,42 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
                                          "an integer number of elements >= 1 (e.g. 1e9)");
 }
 
+// zero_optimization.offload_optimizer / offload_param (DeepSpeed's DeepSpeedZeroOffload*Config).
+// `nvme_keys` have an effect only with device "nvme", which is not supported yet: they must be
+// known keys, as in DeepSpeed, and are otherwise ignored. Needs the stage (parse_zero).
+void parse_offload(const ObjectView& zero_view, int stage, const char* key, int min_stage,
+                   const char* stage_reason, const std::vector<std::string>& nvme_keys,
+                   OffloadConfig& offload) {
+  const Json* given = zero_view.given(key);
+  if (given == nullptr || given->is_null()) return;
+  ObjectView section(*given, zero_view.key_path(key), zero_view.source());
+  std::vector<std::string> known = {"device", "pin_memory"};
+  known.insert(known.end(), nvme_keys.begin(), nvme_keys.end());
+  section.check_keys(known);
+  const char* devices = "\"none\" or \"cpu\" (\"nvme\" is not supported yet)";
+  const std::optional<std::string> device = section.get_optional_string("device", devices);
+  offload.pin_memory = section.get_bool("pin_memory", OffloadConfig{}.pin_memory);
+  if (const Json* ratio = section.given("ratio")) {
+    if (!ratio->is_number() || ratio->get<double>() != 1.0) {
+      section.not_supported("ratio", *ratio, "only 1.0 (offload all of it) is accepted");
+    }
+  }
+  const std::string name = device ? lower(*device) : "none";
+  if (name == "none") return;
+  if (name == "nvme") {
+    section.not_supported("device", *section.raw("device"),
+                          "\"none\" or \"cpu\" are accepted; NVMe offload (ZeRO-Infinity) is "
+                          "not implemented yet");
+  }
+  if (name != "cpu") section.invalid("device", *section.raw("device"), devices);
+  if (stage < min_stage) {
+    fail(zero_view.source(), section.key_path("device") + " = \"cpu\" needs zero_optimization."
+                             "stage " + std::to_string(min_stage) + " or higher (got " +
+                             std::to_string(stage) + "): " + stage_reason);
+  }
+  offload.device = OffloadDevice::kCpu;
+}
+
 void parse_zero(const ObjectView& top, Config& config) {
   const std::string& source = top.source();
   ZeroOptimizationConfig& zero = config.zero_optimization;
@@ -538,6 +574,14 @@ void parse_zero(const ObjectView& top, Config& config) {
                        "implemented");
   }
   parse_stage3(view, zero);
+  parse_offload(view, zero.stage, "offload_optimizer", 1,
+                "the optimizer state is offloaded a rank's partition at a time (DeepSpeed: "
+                "ZeRO-Offload runs at stages 1-3)",
+                {"nvme_path", "buffer_count", "pipeline", "pipeline_read", "pipeline_write",
+                 "fast_init", "ratio"},
+                zero.offload_optimizer);
+  parse_offload(view, zero.stage, "offload_param", 3, "only stage 3 partitions the parameters",
+                {"nvme_path", "buffer_count", "buffer_size", "max_in_cpu"}, zero.offload_param);
   for (const DefaultOnlyKey& spec : config_detail::zero_default_only()) {
     check_default_only(view, spec);
   }
@@ -799,6 +843,12 @@ std::string effective_json(const Config& config) {
                                {"stage3_gather_16bit_weights_on_model_save",
                                 zero.stage3_gather_16bit_weights_on_model_save},
                                {"sub_group_size", zero.sub_group_size}};
+  auto offload_json = [](const OffloadConfig& offload) {
+    return Json{{"device", offload.device == OffloadDevice::kCpu ? "cpu" : "none"},
+                {"pin_memory", offload.pin_memory}};
+  };
+  root["zero_optimization"]["offload_optimizer"] = offload_json(zero.offload_optimizer);
+  root["zero_optimization"]["offload_param"] = offload_json(zero.offload_param);
 
   if (config.scheduler) {
     const SchedulerConfig& sched = *config.scheduler;

@@ -24,7 +24,9 @@ const char* const kPredivideNote =
 // zero's stage 3 does not have. The stage-3 keys zero implements are parsed in config.cpp.
 const char* const kStage3Note =
     "it tunes a DeepSpeed stage-3 internal that zero does not implement";
-const char* const kOffloadNote = "ZeRO-Offload is planned for a later version";
+const char* const kOffloadNote =
+    "use zero_optimization.offload_optimizer / offload_param (device \"cpu\"); the deprecated "
+    "cpu_offload keys and round-robin gradient partitioning are not implemented";
 const char* const kZeroPPNote = "ZeRO++ is not implemented";
 
 std::string lower(std::string text) {
@@ -102,20 +104,6 @@ void check_disabled_section(const ObjectView& view, const DefaultOnlyKey& spec,
   }
 }
 
-void check_offload(const ObjectView& view, const DefaultOnlyKey& spec, const Json& given) {
-  if (given.is_null()) return;
-  const Json defaults = Json::parse(spec.default_json);
-  ObjectView section(given, view.key_path(spec.key), view.source());  // throws unless an object
-  section.check_keys(object_keys(defaults));
-  const Json* device = section.given("device");
-  if (device == nullptr) return;  // DeepSpeed's default device is "none"
-  if (!device->is_string()) section.invalid("device", *device, "\"none\", \"cpu\" or \"nvme\"");
-  if (lower(device->get<std::string>()) == "none") return;
-  fail(view.source(), with_note(section.key_path("device") + " = " + show(*device) +
-                                    " is not supported yet; only \"none\" is accepted",
-                                spec.note));
-}
-
 }  // namespace
 
 const std::vector<DefaultOnlyKey>& top_level_default_only() {
@@ -189,15 +177,6 @@ const std::vector<DefaultOnlyKey>& zero_default_only() {
       {"ignore_unused_parameters", Kind::kValue, "true", nullptr, nullptr},
       {"legacy_stage1", Kind::kValue, "false", nullptr, nullptr},
       {"round_robin_gradients", Kind::kValue, "false", nullptr, kOffloadNote},
-      {"offload_param", Kind::kOffload,
-       R"({"device": "none", "nvme_path": null, "buffer_count": 5, "buffer_size": 100000000,
-           "max_in_cpu": 1000000000, "pin_memory": false})",
-       nullptr, kOffloadNote},
-      {"offload_optimizer", Kind::kOffload,
-       R"({"device": "none", "nvme_path": null, "buffer_count": 4, "pin_memory": false,
-           "pipeline": false, "pipeline_read": false, "pipeline_write": false,
-           "fast_init": false, "ratio": 1.0})",
-       nullptr, kOffloadNote},
       {"cpu_offload", Kind::kValue, "null", "false", kOffloadNote},
       {"cpu_offload_param", Kind::kValue, "null", "false", kOffloadNote},
       {"cpu_offload_use_pin_memory", Kind::kValue, "null", "false", kOffloadNote},
@@ -301,7 +280,7 @@ const std::vector<std::string>& zero_implemented_keys() {
       "stage3_max_reuse_distance", "max_reuse_distance",
       "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
       "stage3_gather_fp16_weights_on_model_save",
-      "sub_group_size"};
+      "sub_group_size", "offload_optimizer", "offload_param"};
   return keys;
 }
 
@@ -356,9 +335,6 @@ void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec) {
     }
     case Kind::kDisabledSection:
       check_disabled_section(view, spec, *given);
-      return;
-    case Kind::kOffload:
-      check_offload(view, spec, *given);
       return;
   }
   ZERO_INTERNAL_ASSERT(false, "unhandled DefaultOnlyKey kind for ", spec.key);

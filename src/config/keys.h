@@ -27,9 +27,6 @@ struct DefaultOnlyKey {
     /// A section with an "enabled" flag (tensorboard, amp, ...): accepted when null, {}, or
     /// when it has "enabled": false (its other keys then have no effect, as in DeepSpeed).
     kDisabledSection,
-    /// zero_optimization.offload_*: accepted when null, {}, or "device": "none"; other keys
-    /// must be keys of `default_json` (their values have no effect without a device).
-    kOffload,
   };
   const char* key;
   Kind kind;

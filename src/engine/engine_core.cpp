@@ -195,6 +195,12 @@ void EngineCore::count_moved(const CommStats& moved) {
   engine_stats_ += moved;
 }
 
+Placement EngineCore::optimizer_placement() const {
+  return config_.zero_optimization.offload_optimizer.device == OffloadDevice::kCpu
+             ? Placement::kHost
+             : Placement::kDevice;
+}
+
 WorkHandle EngineCore::submit(std::function<void()> task) {
   WorkHandle work = comm_->in_order(std::move(task));
   last_submitted_ = work;

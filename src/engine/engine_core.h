@@ -98,6 +98,9 @@ class EngineCore : public Engine, public CheckpointSubject {
   virtual void reload_parameters() = 0;
 
   // ---- shared helpers ----
+  /// Where the shard state lives: host memory with offload_optimizer.device "cpu", else the
+  /// parameters' device (the same memory on CPU ranks).
+  Placement optimizer_placement() const;
   /// Waits for in-flight collectives and detaches the hooks. Every subclass destructor calls
   /// it first, while the buffers the submitted tasks use still exist. Never throws.
   void shutdown() noexcept;

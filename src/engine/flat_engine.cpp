@@ -183,7 +183,7 @@ void FlatEngine::allocate_state() {
   state_ = std::make_unique<ShardState>(
       config_.optimizer, params_flat_.narrow(0, update_range_.begin, update_range_.size()),
       full_gradients ? std::nullopt : std::optional<at::ScalarType>(grad_shard_dtype_),
-      config_.zero_optimization.sub_group_size, Placement::kDevice,
+      config_.zero_optimization.sub_group_size, optimizer_placement(),
       segments_within(layout_.owned(rank_)),  // saved: stage 0 too, each rank writes 1/N
       segments_within(update_range_));        // loaded: what the state covers
 }

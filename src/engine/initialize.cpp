@@ -2,11 +2,32 @@
 // parameters replicated (flat_engine.cpp), stage 3 partitioned per unit (stage3_engine.cpp);
 // what they share is in engine_core.h and flat_group.h.
 #include <cstdio>
+#include <string>
 
 #include "engine/engine_core.h"
 #include "zero/engine.h"
 
 namespace zero {
+namespace {
+
+// Note [CPU offload on CPU ranks]: DeepSpeed's offload device "cpu" moves state from the GPU
+// to host memory. A CPU rank's state is in host memory already, so the engine honours the key
+// by keeping it there (Placement::kHost) and nothing moves; say so once, so that nobody
+// expects a memory saving from it here.
+std::string offload_notice(const Config& config) {
+  const ZeroOptimizationConfig& zero = config.zero_optimization;
+  std::string parts;
+  if (zero.offload_optimizer.device == OffloadDevice::kCpu) parts = "offload_optimizer";
+  if (zero.offload_param.device == OffloadDevice::kCpu) {
+    parts += parts.empty() ? "offload_param" : " and offload_param";
+  }
+  if (parts.empty()) return "";
+  return "zero: zero_optimization." + parts + ".device \"cpu\": this model is on the CPU, " +
+         "so that state is in host memory already and stays there (no memory is saved on a " +
+         "CPU rank; pin_memory has no effect without CUDA)";
+}
+
+}  // namespace
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    std::shared_ptr<Communicator> communicator) {
@@ -16,8 +37,9 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
           ? make_stage3_engine(std::move(model), config, std::move(communicator))
           : make_flat_engine(std::move(model), config, std::move(communicator));
   if (report) {
-    const std::string notice = compute_dtype_notice(config);
-    if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
+    for (const std::string& notice : {compute_dtype_notice(config), offload_notice(config)}) {
+      if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
+    }
   }
   return engine;
 }

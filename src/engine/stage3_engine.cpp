@@ -368,10 +368,16 @@ void Stage3Engine::partition() {
     group.full = partitioned.full;
     group.state = group.persistent ? GroupState::kGathered : GroupState::kReleased;
   }
+  // offload_param "cpu": the partitioned shards in host memory, where CPU ranks keep them.
+  ZERO_CHECK(config_.zero_optimization.offload_param.device == OffloadDevice::kNone ||
+                 param_shard_.device().is_cpu(),
+             config_.source, ": zero_optimization.offload_param.device = \"cpu\" with ",
+             "parameters on ", param_shard_.device(), " is not supported yet; allowed here: ",
+             "\"none\"");
   const std::vector<StateSegment> owned = owned_segments();
   state_ = std::make_unique<ShardState>(config_.optimizer, param_shard_, grad_shard_dtype_,
                                         config_.zero_optimization.sub_group_size,
-                                        Placement::kDevice, owned, owned);
+                                        optimizer_placement(), owned, owned);
 }
 
 ModelStateBytes Stage3Engine::model_state_bytes() const {

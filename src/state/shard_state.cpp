@@ -21,8 +21,9 @@ ShardState::ShardState(const OptimizerConfig& optimizer, at::Tensor params,
   ZERO_INTERNAL_ASSERT(params_.defined() && params_.dim() == 1 && params_.is_contiguous(),
                        "shard state over a parameter copy that is not flat and contiguous");
   ZERO_CHECK(placement_ == Placement::kDevice || params_.device().is_cpu(),
-             "shard state in host memory for parameters on ", params_.device(),
-             " is not supported yet (optimizer offload); allowed: the parameters' device");
+             "zero_optimization.offload_optimizer.device = \"cpu\" with parameters on ",
+             params_.device(), " is not supported yet (moving the optimizer state off the ",
+             "device); allowed here: \"none\"");
   master_ = params_.scalar_type() == at::kFloat ? params_ : params_.to(at::kFloat);
   if (gradient_dtype) {
     gradient_ = at::zeros({params_.numel()}, params_.options().dtype(*gradient_dtype));
