@@ -10,8 +10,9 @@
 namespace zero {
 namespace {
 
-// Note [CPU offload on CPU ranks]: DeepSpeed's offload device "cpu" moves state from the GPU
-// to host memory. A CPU rank's state is in host memory already, so the engine honours the key
+// Note [CPU offload on CPU ranks]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// DeepSpeed's offload device "cpu" moves state from the GPU to host memory. A CPU rank's state is in host memory already, so the engine honours the key
 // by keeping it there (Placement::kHost) and nothing moves; say so once, so that nobody
 // expects a memory saving from it here.
 std::string offload_notice(const Config& config) {
