@@ -86,6 +86,16 @@ at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) 
       free_.erase(free_.begin() + best);
       return buffer;
     }
+    // None fits: the new buffer replaces the largest cached one of this dtype (all smaller),
+    // so the pool never holds more buffers than were in use at once.
+    int largest = -1;
+    for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
+      if (free_[i].scalar_type() == options.dtype().toScalarType() &&
+          (largest < 0 || free_[i].numel() > free_[largest].numel())) {
+        largest = i;
+      }
+    }
+    if (largest >= 0) free_.erase(free_.begin() + largest);
   }
   return at::empty({numel}, options);
 }

@@ -79,8 +79,10 @@ std::vector<FlatGroup> cut_into_groups(const std::vector<int64_t>& numels, int64
 // steps like a caching allocator: a fresh buffer each step costs its page faults again (buffers
 // this size are mmap'ed by glibc and unmapped on free). Clearing the cache after every backward
 // made stage 3 1.2-1.3x stage 0's step on gpt2-mini at 2 ranks, keeping it 1.0x
-// (docs/benchmarks.md). The cache holds at most what was live at once (the reduce bucket size
-// and stage3_max_live_parameters bound it). Thread-safe: buffers come back from the
+// (docs/benchmarks.md). The pool owns at most as many buffers of a dtype as were in use at once
+// (a request no cached buffer fits replaces the largest cached one rather than adding to
+// them), each no larger than the largest request; the reduce bucket size and
+// stage3_max_live_parameters bound both. Thread-safe: buffers come back from the
 // communicator's progress thread.
 class BufferPool {
  public:
