@@ -7,3 +7,8 @@ target_compile_options(bench_stage3_memory PRIVATE ${ZERO_WARNINGS})
 add_executable(bench_lm_head ${CMAKE_CURRENT_LIST_DIR}/bench_lm_head.cpp)
 target_link_libraries(bench_lm_head PRIVATE zero_gpt2_internal)  # models/lm_head_loss.h
 target_compile_options(bench_lm_head PRIVATE ${ZERO_WARNINGS})
+# NVMe offload: swapper bandwidth, optimizer elements/s, offloaded step time (src/offload/).
+find_package(CLI11 2.1 REQUIRED)
+add_executable(bench_offload ${CMAKE_CURRENT_LIST_DIR}/bench_offload.cpp)
+target_link_libraries(bench_offload PRIVATE zero_internal CLI11::CLI11)
+target_compile_options(bench_offload PRIVATE ${ZERO_WARNINGS})

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what zero needs and is missing, then configures the build directory. Idempotent:
 # a second run installs nothing and only re-runs cmake's configure step if needed.
-#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, GoogleTest,
+#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, liburing, fio,
+#   GoogleTest,
 #   and clang with its sanitizer and fuzzer runtimes (scripts/sanitize.sh).
 #   PyPI: torch (pinned below), whose wheel carries libtorch and its CMake config; the
 #   safetensors and transformers packages for the interoperability tests (optional).
@@ -13,8 +14,9 @@ BUILD_DIR="${ZERO_BUILD_DIR:-build}"
 PYTHON="${PYTHON:-python3}"
 
 # clang, its sanitizer and libFuzzer runtimes and llvm-symbolizer: scripts/sanitize.sh.
-apt_packages=(g++ cmake ninja-build libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev zlib1g-dev
-              libgtest-dev clang libclang-rt-dev llvm)
+# liburing-dev: NVMe offload's swap-file I/O; fio: the disk benchmark (bench/disk_limit.sh).
+apt_packages=(g++ cmake ninja-build pkg-config libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
+              zlib1g-dev liburing-dev fio libgtest-dev clang libclang-rt-dev llvm)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -23,3 +23,10 @@ set_tests_properties(test_compute_dtype_fast16 PROPERTIES TIMEOUT 120 ENVIRONMEN
 zero_add_test(NAME test_gather_schedule SOURCES test_gather_schedule.cpp INTERNAL TIMEOUT 60)
 # The flat-group layer and the stage policies (src/engine/flat_group.h, stage_policy.h).
 zero_add_test(NAME test_flat_group SOURCES test_flat_group.cpp INTERNAL TIMEOUT 60)
+# NVMe offload: swap files, the pipelined optimizer step, swap directories (src/offload/).
+# White-box (it makes swap files directly), so with the harness built on the static library.
+add_library(zero_engine_harness_internal STATIC engine_harness.cpp)
+target_link_libraries(zero_engine_harness_internal PUBLIC zero_test_main_internal)
+target_compile_options(zero_engine_harness_internal PRIVATE ${ZERO_WARNINGS})
+zero_add_test(NAME test_offload SOURCES test_offload.cpp LIBS zero_engine_harness_internal
+              INTERNAL RANKS 1 2 3 TIMEOUT 600)

@@ -259,7 +259,9 @@ TEST(Config, SpelledOutDefaultsAreAccepted) {
 TEST(Config, EffectiveJson) {
   const Config a = parse_config(with(R"("zero_optimization": {"stage": 1}, "fp16": {"enabled": true})"), 2);
   EXPECT_EQ(a.effective_json,
-            R"({"bf16":{"enabled":false,"immediate_grad_update":false},)"
+            R"({"aio":{"block_size":1048576,"intra_op_parallelism":1,"overlap_events":true,)"
+            R"("queue_depth":8,"single_submit":false},)"
+            R"("bf16":{"enabled":false,"immediate_grad_update":false},)"
             R"("communication_data_type":"fp16","compute_data_type":"fp16",)"
             R"("csv_monitor":{"enabled":false,"job_name":"DeepSpeedJobName","output_path":""},)"
             R"("fp16":{"auto_cast":false,"consecutive_hysteresis":false,"enabled":true,)"
@@ -468,13 +470,29 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})"), 1,
        {"zero_optimization.offload_param.device = \"cpu\" needs zero_optimization.stage 3",
         "(got 2)"}},
-      {"offload to nvme",
-       with(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}})"), 1,
-       {"zero_optimization.offload_optimizer.device = \"nvme\" is not supported yet",
-        "\"none\" or \"cpu\""}},
+      {"parameters to nvme",
+       with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}})"), 1,
+       {"zero_optimization.offload_param.device = \"nvme\" is not supported yet",
+        "\"none\" or \"cpu\" for the parameters"}},
+      {"nvme without a path",
+       with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}})"), 1,
+       {"zero_optimization.offload_optimizer.nvme_path = null is invalid",
+        "required with device \"nvme\""}},
+      {"nvme at stage 0",
+       with(R"("zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/x"}})"), 1,
+       {"zero_optimization.offload_optimizer.device = \"nvme\" needs zero_optimization.stage 1"}},
+      {"no staging buffer",
+       with(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "buffer_count": 0}})"), 1,
+       {"zero_optimization.offload_optimizer.buffer_count = 0 is invalid", "[1, 1024]"}},
+      {"aio block not a multiple of 4 KiB", with(R"("aio": {"block_size": 5000})"), 1,
+       {"aio.block_size = 5000 is invalid", "a multiple of 4096"}},
+      {"aio typo", with(R"("aio": {"queue_dept": 4})"), 1, {"unknown key 'aio.queue_dept'"}},
+      {"gpudirect storage", with(R"("aio": {"use_gds": true})"), 1,
+       {"aio.use_gds = true is not supported yet"}},
       {"offload device typo",
        with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "gpu"}})"), 1,
-       {"zero_optimization.offload_optimizer.device = \"gpu\" is invalid", "\"none\" or \"cpu\""}},
+       {"zero_optimization.offload_optimizer.device = \"gpu\" is invalid",
+        "\"none\", \"cpu\" or \"nvme\""}},
       {"partial offload",
        with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}})"), 1,
        {"zero_optimization.offload_optimizer.ratio = 0.3 is not supported yet", "only 1.0"}},
@@ -1077,6 +1095,46 @@ TEST(Config, OffloadToCpu) {
   built.zero_optimization.offload_param.device = OffloadDevice::kCpu;
   EXPECT_NE(validation_error_of(built).find("offload_param.device = \"cpu\" needs"),
             std::string::npos) << validation_error_of(built);
+}
+
+// ZeRO-Infinity's keys: offload_optimizer device "nvme" at stages 1-3 with its path, buffers and
+// pipelining (DeepSpeed's "pipeline" sets both directions, the specific keys win), and the aio
+// section; effective JSON writes them back and parses to the same config.
+TEST(Config, OffloadToNvme) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    const Config c = parse_config(
+        with(R"("zero_optimization": {"stage": )" + std::to_string(stage) +
+             R"(, "sub_group_size": 1e6, "offload_optimizer": {"device": "nvme",
+                 "nvme_path": "/local_nvme", "buffer_count": 3, "pipeline": false,
+                 "pipeline_write": true, "fast_init": false}},
+             "aio": {"block_size": 262144, "queue_depth": 32, "intra_op_parallelism": 2,
+                     "single_submit": true, "overlap_events": false, "thread_count": 1})"),
+        1, kSource);
+    const OffloadConfig& o = c.zero_optimization.offload_optimizer;
+    EXPECT_EQ(o.device, OffloadDevice::kNvme);
+    EXPECT_EQ(o.nvme_path, "/local_nvme");
+    EXPECT_EQ(o.buffer_count, 3);
+    EXPECT_FALSE(o.pipeline_read);
+    EXPECT_TRUE(o.pipeline_write);
+    EXPECT_EQ(c.aio.block_size, 262144);
+    EXPECT_EQ(c.aio.queue_depth, 32);
+    EXPECT_EQ(c.aio.intra_op_parallelism, 2);
+    EXPECT_TRUE(c.aio.single_submit);
+    EXPECT_FALSE(c.aio.overlap_events);
+    EXPECT_EQ(validation_error_of(c), "<no error>");
+    const Config again = parse_config(c.effective_json, 1, kSource);
+    EXPECT_EQ(again.effective_json, c.effective_json);
+    EXPECT_EQ(again.zero_optimization.offload_optimizer.buffer_count, 3);
+  }
+  // Defaults: DeepSpeed's 4 buffers, and both directions pipelined (DeepSpeed: neither).
+  const Config d = parse_config(
+      with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"}})"),
+      1, kSource);
+  EXPECT_EQ(d.zero_optimization.offload_optimizer.buffer_count, 4);
+  EXPECT_TRUE(d.zero_optimization.offload_optimizer.pipeline_read);
+  EXPECT_TRUE(d.zero_optimization.offload_optimizer.pipeline_write);
+  EXPECT_EQ(d.zero_optimization.offload_param.buffer_count, 5);
 }
 
 }  // namespace

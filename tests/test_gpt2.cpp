@@ -109,6 +109,7 @@ TEST(GPT2, PresetParameterCounts) {
                                                            {"gpt2-xl", 1557611200}};
   for (const auto& [name, count] : hf) {
     EXPECT_EQ(count_from_shapes(GPT2Config::preset(name)), count) << name;
+    EXPECT_EQ(GPT2Config::preset(name).num_parameters(), count) << name;  // without building
   }
   for (const auto& name : GPT2Config::preset_names()) {
     const auto c = GPT2Config::preset(name);
@@ -132,6 +133,8 @@ TEST(GPT2, PresetParameterCounts) {
   // The small ones, built for real.
   EXPECT_EQ(GPT2(tiny)->num_parameters(), count_from_shapes(tiny));
   EXPECT_EQ(GPT2(mini)->num_parameters(), count_from_shapes(mini));
+  EXPECT_EQ(tiny.num_parameters(), count_from_shapes(tiny));
+  EXPECT_EQ(mini.num_parameters(), count_from_shapes(mini));
 }
 
 TEST(GPT2, FullGPT2Has124MParameters) {

@@ -77,6 +77,7 @@
 #include "zero/gpt2.h"
 #include "zero/memory.h"
 #include "zero/shard.h"
+#include "zero/sharded_init.h"
 #include "zero/tokenizer.h"
 
 namespace {
@@ -390,8 +391,18 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   if (!ranks_agree_ok(*comm, error)) return 2;
 
   try {
+    // Before anything is allocated: does the state fit this machine's memory and disk? (A
+    // CollectiveError on every rank when not: one message, exit 2.)
+    const std::string estimate = zero::check_state_fits(config, in.model.num_parameters(), *comm);
     torch::manual_seed(config.seed);
-    auto model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
+    std::shared_ptr<zero::gpt2::GPT2Impl> model;
+    if (config.zero_optimization.stage == 3) {
+      // Partitioned unit by unit as it is built: the whole model is never in memory.
+      zero::ShardedInit sharded(config, comm);
+      model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
+    } else {
+      model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
+    }
     auto engine = zero::initialize(model, config, comm);
     const int stage = config.zero_optimization.stage;
     // Before training: every rank can write the checkpoint directory, with room for a
@@ -492,6 +503,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
            << ", global batch " << config.train_batch_size << " sequences; data " << o.data
            << "_{train,val}.bin (" << in.train->size() << " / " << in.val->size() << " tokens)";
       progress.message(head.str());
+      progress.message(estimate);
       if (!from.note.empty()) progress.message(from.note);
       if (!from.dir.empty()) {
         progress.message("resuming from " + from.dir + "/" + from.tag + " after step " +
@@ -591,13 +603,15 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
 
     // Per-rank figures for the summary, gathered to every rank.
     const zero::ModelStateBytes bytes = engine->model_state_bytes();
-    constexpr int kFigures = 4;
+    constexpr int kFigures = 6;
     at::Tensor mine = at::tensor({static_cast<double>(bytes.total()),
                                   static_cast<double>(peak_rss_bytes()),
                                   static_cast<double>(bytes.gathered_peak),
                                   static_cast<double>(bytes.params - bytes.grads /
                                       grad_bytes_per_element(config) *
-                                      static_cast<int64_t>(c10::elementSize(config.param_dtype)))},
+                                      static_cast<int64_t>(c10::elementSize(config.param_dtype))),
+                                  static_cast<double>(bytes.on_nvme),
+                                  static_cast<double>(bytes.staging)},
                                  at::kDouble);
     at::Tensor all = at::empty({kFigures * world}, at::kDouble);
     comm->all_gather(mine, all)->wait();
@@ -641,6 +655,14 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                       zero::train::human_bytes(formula * p).c_str(), stage, formula, p / 1e6);
         rows.push_back({"model state, rank " + std::to_string(r),
                         zero::train::human_bytes(figure(r, 0)), expected});
+        if (figure(r, 4) > 0) {
+          // Note [NVMe offload]: where it lives.
+          rows.push_back({"  in memory", zero::train::human_bytes(figure(r, 0) - figure(r, 4)),
+                          "params and grads; plus " + zero::train::human_bytes(figure(r, 5)) +
+                              " of NVMe staging buffers"});
+          rows.push_back({"  on NVMe", zero::train::human_bytes(figure(r, 4)),
+                          "fp32 master weights (16-bit params) and optimizer moments"});
+        }
       }
       if (stage == 3) {
         // What the formula leaves out: the persistent parameters (whole on every rank, in the

@@ -70,14 +70,39 @@ struct ZERO_API LossScaleConfig {
 };
 
 /// Where zero_optimization.offload_optimizer / offload_param put their state (DeepSpeed's
-/// ZeRO-Offload keys). "cpu" is host memory: on CPU ranks the state is there already, so it is
-/// accepted as such and nothing moves (zero::initialize says so once). "nvme" is not
-/// supported yet and is rejected by the parser.
-enum class OffloadDevice { kNone, kCpu };
+/// ZeRO-Offload and ZeRO-Infinity keys). "cpu" is host memory: on CPU ranks the state is there
+/// already, so it is accepted as such and nothing moves (zero::initialize says so once).
+/// "nvme" keeps the state in swap files under nvme_path and streams it through memory in tiles
+/// (Note [NVMe offload] in src/offload/swap_file.h).
+enum class OffloadDevice { kNone, kCpu, kNvme };
 
 struct ZERO_API OffloadConfig {
   OffloadDevice device = OffloadDevice::kNone;
   bool pin_memory = false;  // page-locked host memory: a CUDA concept, no effect on CPU ranks
+  /// device "nvme": the directory swap files go under (nvme_path/zero-<job>/rank<r>/).
+  std::string nvme_path;
+  /// device "nvme": staging buffers (offload_optimizer: tiles of sub_group_size in flight, at
+  /// least 1; offload_param: unit shards read ahead). DeepSpeed's defaults: 4 and 5.
+  int64_t buffer_count = 4;
+  /// offload_param: elements of one staging buffer (a unit's shard must fit in one).
+  int64_t buffer_size = 100000000;
+  /// offload_param: DeepSpeed's cap on parameter elements kept in host memory.
+  int64_t max_in_cpu = 1000000000;
+  /// offload_optimizer: read tile i+1 while tile i is stepped / write tile i-1 back meanwhile.
+  /// DeepSpeed's defaults are false; ours are true (docs/config.md): an unpipelined NVMe step
+  /// waits on the disk twice per tile for nothing.
+  bool pipeline_read = true;
+  bool pipeline_write = true;
+};
+
+/// The `aio` section: how swap files are read and written (Linux io_uring here; DeepSpeed's
+/// keys and defaults, docs/config.md).
+struct ZERO_API AioConfig {
+  int64_t block_size = 1048576;   // bytes per request: a transfer is cut into these
+  int64_t queue_depth = 8;        // requests in flight per I/O thread
+  int64_t intra_op_parallelism = 1;  // I/O threads, each with its own queue
+  bool single_submit = false;     // submit each request on its own instead of in batches
+  bool overlap_events = true;     // refill the queue as requests finish instead of in rounds
 };
 
 struct ZERO_API ZeroOptimizationConfig {
@@ -103,8 +128,8 @@ struct ZERO_API ZeroOptimizationConfig {
   int64_t sub_group_size = 1000000000;
   /// The fp32 master weights and optimizer moments (stages 1-3).
   OffloadConfig offload_optimizer;
-  /// The partitioned 16-bit parameter shards (stage 3).
-  OffloadConfig offload_param;
+  /// The partitioned 16-bit parameter shards (stage 3); DeepSpeed's buffer_count default is 5.
+  OffloadConfig offload_param{OffloadDevice::kNone, false, {}, 5};
 
   bool overlap_comm_enabled() const { return overlap_comm.value_or(stage == 3); }
 };
@@ -177,6 +202,7 @@ struct ZERO_API Config {
   c10::ScalarType configured_param_dtype = c10::ScalarType::Float;
 
   ZeroOptimizationConfig zero_optimization;
+  AioConfig aio;
 
   /// The learning-rate schedule; nullopt (no `scheduler`, or null / {}) keeps optimizer.params.lr
   /// constant. See zero/scheduler.h (make_scheduler).

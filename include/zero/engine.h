@@ -41,6 +41,13 @@ struct ZERO_API ModelStateBytes {
   int64_t master_params = 0;    // fp32 master weights (0 when params are fp32 and can serve)
   int64_t optimizer_state = 0;  // Adam m and v / SGD momentum, fp32
   int64_t total() const { return params + grads + master_params + optimizer_state; }
+  /// Of total(): the bytes held in NVMe swap files, not in memory (offload device "nvme":
+  /// the master weights and optimizer state with offload_optimizer).
+  int64_t on_nvme = 0;
+  /// Host memory staging the swap files (offload_optimizer.buffer_count tiles); not part of
+  /// total().
+  int64_t staging = 0;
+  int64_t in_memory() const { return total() - on_nvme; }
   // Stage 3: the most bytes of partitioned parameters gathered whole at once so far (the
   // live-parameter budget in use); not part of total(). 0 at stages 0-2.
   int64_t gathered_peak = 0;

@@ -39,6 +39,9 @@ struct ZERO_API GPT2Config {
   /// "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M).
   /// Unknown names throw zero::Error listing the known ones.
   static GPT2Config preset(const std::string& name);
+  /// Trainable elements of a model of this shape (GPT2Impl::num_parameters), without building
+  /// it: for estimates before anything is allocated.
+  int64_t num_parameters() const;
   static std::vector<std::string> preset_names();
 
   /// This configuration as Hugging Face's GPT2Config (the config.json that

@@ -26,3 +26,37 @@ ZERO_API void reset_host_memory_peak();
 ZERO_API void keep_freed_host_memory();
 
 }  // namespace zero
+
+#include <string>
+
+#include "zero/comm.h"
+#include "zero/config.h"
+
+namespace zero {
+
+/// What one rank will hold of a model's training state, from the config alone (before anything
+/// is allocated): the ModelStateBytes categories (zero/engine.h) by the ZeRO formulas, with the
+/// offloaded ones on NVMe. Per rank, for a model of `num_parameters` trainable elements.
+/// Leaves out what the config does not fix: activations, stage 3's gathered units, the
+/// communicator's buffers.
+struct ZERO_API StateEstimate {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t master_params = 0;
+  int64_t optimizer_state = 0;
+  int64_t staging = 0;  // host buffers of NVMe offload
+  int64_t in_memory = 0;
+  int64_t on_nvme = 0;
+};
+ZERO_API StateEstimate estimate_state(const Config& config, int64_t num_parameters);
+
+/// Collective. Compares estimate_state(config, num_parameters) with what each machine has: the
+/// memory of every rank on a host against that host's MemAvailable (/proc/meminfo), and with
+/// NVMe offload the swap files of every rank on a file system against its free space under
+/// nvme_path. Throws zero::Error on every rank when one falls short, naming what is needed and
+/// what is available, so a job that cannot fit stops at start-up instead of meeting the OOM
+/// killer or a full disk mid-step. Returns a one-line account of the estimate.
+ZERO_API std::string check_state_fits(const Config& config, int64_t num_parameters,
+                                      Communicator& comm);
+
+}  // namespace zero

@@ -152,20 +152,20 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
     const std::vector<StateSegment>& segments = state.saved_segments();
     Json file_info;
     agree_on_failure(comm, "save_checkpoint", capture_error([&] {
-      std::vector<std::pair<std::string, at::Tensor>> tensors;
-      const at::Tensor& master = state.master();
-      const auto moments = state.moments();
+      // Streamed a piece at a time (Note [NVMe offload]: an offloaded state is never in memory
+      // whole): every entry is declared first, then each piece is read and written.
+      const std::vector<std::string>& parts = state.part_names();
       const at::Tensor param16 = subject.saves_param_shard() ? state.params() : at::Tensor();
+      std::vector<SafetensorsEntry> entries;
       Json pieces = Json::array();
       for (const StateSegment& s : segments) {
         const std::string& name = params[s.param].name;
         const int64_t length = s.end - s.begin;
-        tensors.emplace_back(piece_key("master", name, s.begin), master.narrow(0, s.offset, length));
-        for (const auto& [kind, tensor] : moments) {
-          tensors.emplace_back(piece_key(kind, name, s.begin), tensor.narrow(0, s.offset, length));
+        for (const std::string& part : parts) {
+          entries.push_back({piece_key(part, name, s.begin), at::kFloat, {length}});
         }
         if (param16.defined()) {
-          tensors.emplace_back(piece_key("param16", name, s.begin), param16.narrow(0, s.offset, length));
+          entries.push_back({piece_key("param16", name, s.begin), param16.scalar_type(), {length}});
         }
         pieces.push_back({name, s.begin, s.end});
       }
@@ -175,9 +175,25 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
         std::lock_guard<std::mutex> lock(generator.mutex());
         rng = generator.get_state();
       }
-      tensors.emplace_back("rng/cpu", rng);
+      entries.push_back({"rng/cpu", rng.scalar_type(), {rng.numel()}});
       const fs::path path = temporary_dir / rank_file_name(rank);
-      write_safetensors(path.string(), tensors, {{"format", "zero-checkpoint-shard"}});
+      {
+        SafetensorsWriter writer(path.string(), entries, {{"format", "zero-checkpoint-shard"}});
+        for (const StateSegment& s : segments) {
+          const std::string& name = params[s.param].name;
+          const int64_t length = s.end - s.begin;
+          at::Tensor piece = at::empty({length}, at::kFloat);
+          for (size_t k = 0; k < parts.size(); ++k) {
+            state.read_part(static_cast<int>(k), s.offset, piece);
+            writer.write(piece_key(parts[k], name, s.begin), piece);
+          }
+          if (param16.defined()) {
+            writer.write(piece_key("param16", name, s.begin), param16.narrow(0, s.offset, length));
+          }
+        }
+        writer.write("rng/cpu", rng.reshape({rng.numel()}));
+        writer.finish();
+      }
       int64_t bytes = 0;
       const uint32_t crc = file_crc32(path, &bytes);
       file_info = {{"file", rank_file_name(rank)}, {"bytes", bytes}, {"crc32", crc},
@@ -198,8 +214,8 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
       metadata["master_dtype"] = "fp32";
       metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
                                {"state", Json::array()}};
-      for (const auto& [kind, tensor] : state.moments()) {
-        metadata["optimizer"]["state"].push_back(kind);
+      for (size_t k = 1; k < state.part_names().size(); ++k) {
+        metadata["optimizer"]["state"].push_back(state.part_names()[k]);
       }
       const SavedCounters saved{counters, gas};
       metadata["counters"] = counters_to_json(saved);
@@ -241,7 +257,7 @@ namespace {
 int64_t estimated_rank_file_bytes(CheckpointSubject& subject) {
   const ShardState& state = subject.shard_state();
   const bool param16 = subject.saves_param_shard();
-  const int64_t moments = static_cast<int64_t>(state.moments().size());
+  const int64_t moments = static_cast<int64_t>(state.part_names().size()) - 1;
   const int64_t tensors_per_piece = 1 + moments + (param16 ? 1 : 0);
   const int64_t bytes_per_element =
       4 * (1 + moments) + (param16 ? static_cast<int64_t>(state.params().element_size()) : 0);
@@ -325,14 +341,12 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
   const std::vector<CheckpointParameter> params = subject.checkpoint_parameters();
   ShardState& shard = subject.shard_state();
   const std::vector<StateSegment>& wanted = shard.loaded_segments();
-  const at::Tensor& master = shard.master();
-  const auto state = shard.moments();
+  const std::vector<std::string>& parts = shard.part_names();
 
-  // Everything is read and checked into staging copies first: the state changes only after
-  // every rank has succeeded.
-  at::Tensor staged_master = at::zeros_like(master);
-  std::vector<at::Tensor> staged_state;
-  for (const auto& item : state) staged_state.push_back(at::zeros_like(item.second));
+  // Everything is read and checked into a staging copy first (of the state's placement: a
+  // swap file when offloaded), and the state changes only after every rank has succeeded.
+  // Made by every rank before anything can fail on one (it is collective when offloaded).
+  std::unique_ptr<StateStore> staging = shard.make_staging();
   SavedCounters saved;
   Layout layout;
   at::Tensor rng;
@@ -372,8 +386,7 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
     const std::string configured = optimizer_name(subject.config().optimizer.type);
     ZERO_CHECK(optimizer == configured, "checkpoint '", checkpoint_dir.string(),
                "' was saved with optimizer ", optimizer, " but this config uses ", configured);
-    std::vector<std::string> engine_state;
-    for (const auto& item : state) engine_state.push_back(item.first);
+    const std::vector<std::string> engine_state(parts.begin() + 1, parts.end());
     ZERO_CHECK(saved_state == engine_state, "checkpoint '", checkpoint_dir.string(),
                "' records optimizer state [", c10::Join(", ", saved_state), "] but ",
                configured, " here keeps [", c10::Join(", ", engine_state), "]");
@@ -402,13 +415,11 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
           const int64_t begin = std::max(piece.begin, s.begin);
           const int64_t end = std::min(piece.end, s.end);
           if (begin >= end) continue;
-          auto copy = [&](const std::string& kind, at::Tensor& target) {
-            target.narrow(0, s.offset + begin - s.begin, end - begin)
-                .copy_(piece_tensor(file, path, kind, name, piece)
-                           .narrow(0, begin - piece.begin, end - begin));
-          };
-          copy("master", staged_master);
-          for (size_t k = 0; k < state.size(); ++k) copy(state[k].first, staged_state[k]);
+          for (size_t k = 0; k < parts.size(); ++k) {
+            staging->write(static_cast<int>(k), s.offset + begin - s.begin,
+                           piece_tensor(file, path, parts[k], name, piece)
+                               .narrow(0, begin - piece.begin, end - begin));
+          }
           filled += end - begin;
         }
       }
@@ -418,6 +429,7 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
     ZERO_CHECK(filled == expected, "checkpoint '", checkpoint_dir.string(), "' covers ", filled,
                " of the ", expected, " elements rank ", rank,
                " needs: its pieces do not cover every parameter");
+    staging->flush();
     // Counters are parsed here too, so the commit below cannot fail.
     saved = counters_from_json(metadata.at("counters"));
   });
@@ -426,8 +438,7 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
   // Every rank has everything: commit.
   {
     at::NoGradGuard no_grad;
-    master.copy_(staged_master);
-    for (size_t k = 0; k < state.size(); ++k) state[k].second.copy_(staged_state[k]);
+    shard.commit(*staging);
   }
   TrainingCounters counters = saved.training;
   // Boundaries so far, in this config's micro-steps (its accumulation may differ).

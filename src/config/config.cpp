@@ -485,18 +485,25 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
 }
 
 // zero_optimization.offload_optimizer / offload_param (DeepSpeed's DeepSpeedZeroOffload*Config).
-// `nvme_keys` have an effect only with device "nvme", which is not supported yet: they must be
-// known keys, as in DeepSpeed, and are otherwise ignored. Needs the stage (parse_zero).
-void parse_offload(const ObjectView& zero_view, int stage, const char* key, int min_stage,
-                   const char* stage_reason, const std::vector<std::string>& nvme_keys,
+// `nvme_keys` are read only with device "nvme"; with another device they must be known keys,
+// as in DeepSpeed, and have no effect. Needs the stage (parse_zero).
+enum class OffloadSection { kOptimizer, kParam };
+
+void parse_offload(const ObjectView& zero_view, int stage, OffloadSection which,
                    OffloadConfig& offload) {
+  const bool optimizer = which == OffloadSection::kOptimizer;
+  const char* key = optimizer ? "offload_optimizer" : "offload_param";
   const Json* given = zero_view.given(key);
   if (given == nullptr || given->is_null()) return;
   ObjectView section(*given, zero_view.key_path(key), zero_view.source());
-  std::vector<std::string> known = {"device", "pin_memory"};
-  known.insert(known.end(), nvme_keys.begin(), nvme_keys.end());
+  std::vector<std::string> known = {"device", "pin_memory", "nvme_path", "buffer_count"};
+  const std::vector<std::string> extra =
+      optimizer ? std::vector<std::string>{"pipeline", "pipeline_read", "pipeline_write",
+                                           "fast_init", "ratio"}
+                : std::vector<std::string>{"buffer_size", "max_in_cpu"};
+  known.insert(known.end(), extra.begin(), extra.end());
   section.check_keys(known);
-  const char* devices = "\"none\" or \"cpu\" (\"nvme\" is not supported yet)";
+  const char* devices = "\"none\", \"cpu\" or \"nvme\"";
   const std::optional<std::string> device = section.get_optional_string("device", devices);
   offload.pin_memory = section.get_bool("pin_memory", OffloadConfig{}.pin_memory);
   if (const Json* ratio = section.given("ratio")) {
@@ -506,18 +513,83 @@ void parse_offload(const ObjectView& zero_view, int stage, const char* key, int 
   }
   const std::string name = device ? lower(*device) : "none";
   if (name == "none") return;
-  if (name == "nvme") {
-    section.not_supported("device", *section.raw("device"),
-                          "\"none\" or \"cpu\" are accepted; NVMe offload (ZeRO-Infinity) is "
-                          "not implemented yet");
-  }
-  if (name != "cpu") section.invalid("device", *section.raw("device"), devices);
+  if (name != "cpu" && name != "nvme") section.invalid("device", *section.raw("device"), devices);
+  const int min_stage = optimizer ? 1 : 3;
   if (stage < min_stage) {
-    fail(zero_view.source(), section.key_path("device") + " = \"cpu\" needs zero_optimization."
-                             "stage " + std::to_string(min_stage) + " or higher (got " +
-                             std::to_string(stage) + "): " + stage_reason);
+    fail(zero_view.source(),
+         section.key_path("device") + " = \"" + name + "\" needs zero_optimization.stage " +
+             std::to_string(min_stage) + " or higher (got " + std::to_string(stage) + "): " +
+             (optimizer ? "the optimizer state is offloaded a rank's partition at a time "
+                          "(DeepSpeed: ZeRO-Offload runs at stages 1-3)"
+                        : "only stage 3 partitions the parameters"));
   }
-  offload.device = OffloadDevice::kCpu;
+  if (name == "cpu") {
+    offload.device = OffloadDevice::kCpu;
+    return;
+  }
+  if (!optimizer) {
+    section.not_supported("device", *section.raw("device"),
+                          "\"none\" or \"cpu\" for the parameters; NVMe holds the optimizer "
+                          "state (offload_optimizer.device \"nvme\"), the parameter shards not "
+                          "yet");
+  }
+  offload.device = OffloadDevice::kNvme;
+  const Json* path = section.given("nvme_path");
+  if (path == nullptr || path->is_null() || !path->is_string() ||
+      path->get<std::string>().empty()) {
+    section.invalid("nvme_path", path == nullptr ? Json(nullptr) : *path,
+                    "a directory for the swap files (required with device \"nvme\")");
+  }
+  offload.nvme_path = path->get<std::string>();
+  const OffloadConfig defaults = optimizer ? ZeroOptimizationConfig{}.offload_optimizer
+                                           : ZeroOptimizationConfig{}.offload_param;
+  offload.buffer_count = section.get_integer("buffer_count", defaults.buffer_count, 1, 1024,
+                                             "an integer number of staging buffers in [1, 1024]");
+  if (optimizer) {
+    // DeepSpeed's "pipeline" sets both directions; the specific keys win when given.
+    const bool both = section.get_bool("pipeline", defaults.pipeline_read);
+    offload.pipeline_read = section.get_bool("pipeline_read", both);
+    offload.pipeline_write = section.get_bool("pipeline_write", both);
+  } else {
+    offload.buffer_size = section.get_integer("buffer_size", defaults.buffer_size, 1, kInt64Max,
+                                              "an integer number of elements >= 1 (e.g. 1e8)");
+    offload.max_in_cpu = section.get_integer("max_in_cpu", defaults.max_in_cpu, 0, kInt64Max,
+                                             "an integer number of elements >= 0 (e.g. 1e9)");
+  }
+}
+
+// The top-level `aio` section (DeepSpeed's swap_tensor/aio_config.py): read whatever the
+// offload devices, as DeepSpeed does; it matters only with device "nvme".
+void parse_aio(const ObjectView& top, Config& config) {
+  const Json* given = top.given("aio");
+  if (given == nullptr || given->is_null()) return;
+  if (!given->is_object()) top.invalid("aio", *given, "an object");
+  ObjectView aio(*given, "aio", top.source());
+  aio.check_keys(config_detail::aio_keys());
+  const AioConfig defaults;
+  AioConfig& out = config.aio;
+  // O_DIRECT transfers must be multiples of the device's logical block (at most 4 KiB).
+  out.block_size = aio.get_integer("block_size", defaults.block_size, 4096, int64_t{1} << 30,
+                                   "an integer number of bytes in [4096, 2^30], a multiple of "
+                                   "4096");
+  if (out.block_size % 4096 != 0) {
+    aio.invalid("block_size", *aio.raw("block_size"),
+                "an integer number of bytes in [4096, 2^30], a multiple of 4096");
+  }
+  out.queue_depth = aio.get_integer("queue_depth", defaults.queue_depth, 1, 4096,
+                                    "an integer in [1, 4096] (requests in flight per thread)");
+  const int64_t threads =
+      aio.get_integer("thread_count", 1, 1, 1, "1 (DeepSpeed's own default; use "
+                                                 "intra_op_parallelism for more I/O threads)");
+  (void)threads;
+  out.intra_op_parallelism =
+      aio.get_integer("intra_op_parallelism", defaults.intra_op_parallelism, 1, 64,
+                      "an integer number of I/O threads in [1, 64]");
+  out.single_submit = aio.get_bool("single_submit", defaults.single_submit);
+  out.overlap_events = aio.get_bool("overlap_events", defaults.overlap_events);
+  if (aio.get_bool("use_gds", false)) {
+    aio.not_supported("use_gds", true, "only false: GPUDirect Storage needs CUDA ranks");
+  }
 }
 
 void parse_zero(const ObjectView& top, Config& config) {
@@ -574,14 +646,8 @@ void parse_zero(const ObjectView& top, Config& config) {
                        "implemented");
   }
   parse_stage3(view, zero);
-  parse_offload(view, zero.stage, "offload_optimizer", 1,
-                "the optimizer state is offloaded a rank's partition at a time (DeepSpeed: "
-                "ZeRO-Offload runs at stages 1-3)",
-                {"nvme_path", "buffer_count", "pipeline", "pipeline_read", "pipeline_write",
-                 "fast_init", "ratio"},
-                zero.offload_optimizer);
-  parse_offload(view, zero.stage, "offload_param", 3, "only stage 3 partitions the parameters",
-                {"nvme_path", "buffer_count", "buffer_size", "max_in_cpu"}, zero.offload_param);
+  parse_offload(view, zero.stage, OffloadSection::kOptimizer, zero.offload_optimizer);
+  parse_offload(view, zero.stage, OffloadSection::kParam, zero.offload_param);
   for (const DefaultOnlyKey& spec : config_detail::zero_default_only()) {
     check_default_only(view, spec);
   }
@@ -843,12 +909,30 @@ std::string effective_json(const Config& config) {
                                {"stage3_gather_16bit_weights_on_model_save",
                                 zero.stage3_gather_16bit_weights_on_model_save},
                                {"sub_group_size", zero.sub_group_size}};
-  auto offload_json = [](const OffloadConfig& offload) {
-    return Json{{"device", offload.device == OffloadDevice::kCpu ? "cpu" : "none"},
-                {"pin_memory", offload.pin_memory}};
+  auto offload_json = [](const OffloadConfig& offload, bool optimizer) {
+    const char* device = offload.device == OffloadDevice::kNvme  ? "nvme"
+                         : offload.device == OffloadDevice::kCpu ? "cpu"
+                                                                 : "none";
+    Json section{{"device", device}, {"pin_memory", offload.pin_memory}};
+    if (offload.device != OffloadDevice::kNvme) return section;
+    section["nvme_path"] = offload.nvme_path;
+    section["buffer_count"] = offload.buffer_count;
+    if (optimizer) {
+      section["pipeline_read"] = offload.pipeline_read;
+      section["pipeline_write"] = offload.pipeline_write;
+    } else {
+      section["buffer_size"] = offload.buffer_size;
+      section["max_in_cpu"] = offload.max_in_cpu;
+    }
+    return section;
   };
-  root["zero_optimization"]["offload_optimizer"] = offload_json(zero.offload_optimizer);
-  root["zero_optimization"]["offload_param"] = offload_json(zero.offload_param);
+  root["zero_optimization"]["offload_optimizer"] = offload_json(zero.offload_optimizer, true);
+  root["zero_optimization"]["offload_param"] = offload_json(zero.offload_param, false);
+  root["aio"] = {{"block_size", config.aio.block_size},
+                 {"queue_depth", config.aio.queue_depth},
+                 {"intra_op_parallelism", config.aio.intra_op_parallelism},
+                 {"single_submit", config.aio.single_submit},
+                 {"overlap_events", config.aio.overlap_events}};
 
   if (config.scheduler) {
     const SchedulerConfig& sched = *config.scheduler;
@@ -898,6 +982,7 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
   parse_compute_dtype(top, config, communication_given);
   parse_scheduler(top, config);
   parse_training_extras(top, config);
+  parse_aio(top, config);
   for (const DefaultOnlyKey& spec : config_detail::top_level_default_only()) {
     check_default_only(top, spec);
   }

@@ -25,7 +25,7 @@ const char* const kPredivideNote =
 const char* const kStage3Note =
     "it tunes a DeepSpeed stage-3 internal that zero does not implement";
 const char* const kOffloadNote =
-    "use zero_optimization.offload_optimizer / offload_param (device \"cpu\"); the deprecated "
+    "use zero_optimization.offload_optimizer / offload_param; the deprecated "
     "cpu_offload keys and round-robin gradient partitioning are not implemented";
 const char* const kZeroPPNote = "ZeRO++ is not implemented";
 
@@ -134,11 +134,6 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
        R"({"tag_validation": "Warn", "load_universal": false, "use_node_local_storage": false,
            "parallel_write": {"pipeline_stage": false}})",
        nullptr, nullptr},
-      {"aio", Kind::kValue,
-       R"({"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1,
-           "thread_count": 1, "single_submit": false, "overlap_events": true,
-           "use_gds": false})",
-       nullptr, "aio configures NVMe offload, which is planned for a later version"},
       {"activation_checkpointing", Kind::kValue,
        R"({"partition_activations": false, "contiguous_memory_optimization": false,
            "cpu_checkpointing": false, "number_checkpoints": null,
@@ -233,7 +228,14 @@ const std::vector<std::string>& top_level_implemented_keys() {
       "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
       "gradient_clipping", "optimizer", "fp16", "bf16", "bfloat16", "communication_data_type",
       "zero_optimization", "allgather_size", "scheduler", "steps_per_print",
-      "wall_clock_breakdown", "seed", "csv_monitor", "compute_data_type"};
+      "wall_clock_breakdown", "seed", "csv_monitor", "compute_data_type", "aio"};
+  return keys;
+}
+
+const std::vector<std::string>& aio_keys() {
+  static const std::vector<std::string> keys = {"block_size", "queue_depth", "intra_op_parallelism",
+                                                "thread_count", "single_submit", "overlap_events",
+                                                "use_gds"};
   return keys;
 }
 
@@ -354,6 +356,7 @@ std::optional<std::string> section_knowing(const std::string& key,
       {"scheduler.params", warmup_decay_lr_params_keys()},
       {"scheduler.params", warmup_cosine_lr_params_keys()},
       {"csv_monitor", csv_monitor_keys()},
+      {"aio", aio_keys()},
   };
   auto add_object_sections = [&](const std::string& parent,
                                  const std::vector<DefaultOnlyKey>& specs) {

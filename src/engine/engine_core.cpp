@@ -7,6 +7,9 @@
 // summed over ranks by a deterministic all-reduce), so every stage computes it identically.
 #include "engine/engine_core.h"
 
+#include "offload/async_io.h"
+#include "offload/swap_directory.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/function.h>
@@ -196,9 +199,49 @@ void EngineCore::count_moved(const CommStats& moved) {
 }
 
 Placement EngineCore::optimizer_placement() const {
-  return config_.zero_optimization.offload_optimizer.device == OffloadDevice::kCpu
-             ? Placement::kHost
-             : Placement::kDevice;
+  switch (config_.zero_optimization.offload_optimizer.device) {
+    case OffloadDevice::kCpu: return Placement::kHost;
+    case OffloadDevice::kNvme: return Placement::kNvme;
+    case OffloadDevice::kNone: return Placement::kDevice;
+  }
+  return Placement::kDevice;
+}
+
+void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent) {
+  if (state_->placement() != Placement::kNvme) {
+    state_->step(grad_multiplier, lr_, lent);
+    return;
+  }
+  agree_on_failure(*comm_, "optimizer step",
+                   capture_error([&] { state_->step(grad_multiplier, lr_, lent); }));
+}
+
+StateStoreMaker EngineCore::state_store_maker(at::Device device) {
+  const OffloadConfig& offload = config_.zero_optimization.offload_optimizer;
+  if (offload.device != OffloadDevice::kNvme) {
+    return [device](int parts, int64_t numel, int64_t tile, const std::string&) {
+      return make_memory_store(parts, numel, tile, device);
+    };
+  }
+  ZERO_CHECK(device.is_cpu(), config_.source, ": zero_optimization.offload_optimizer.device = ",
+             "\"nvme\" with parameters on ", device, " is not supported yet; allowed here: ",
+             "\"none\"");
+  if (!aio_) {
+    agree_on_failure(*comm_, "NVMe offload set-up",
+                     capture_error([&] { aio_ = std::make_shared<AsyncIo>(config_.aio); }));
+  }
+  if (!swap_directory_) {
+    swap_directory_ = std::make_shared<SwapDirectory>(
+        offload.nvme_path, config_.source + ": zero_optimization.offload_optimizer.nvme_path",
+        *comm_);
+  }
+  return [this, offload](int parts, int64_t numel, int64_t tile, const std::string& name) {
+    std::unique_ptr<StateStore> store;
+    agree_on_failure(*comm_, "NVMe offload", capture_error([&] {
+      store = make_swap_store(parts, numel, tile, offload, *aio_, *swap_directory_, name);
+    }));
+    return store;
+  };
 }
 
 WorkHandle EngineCore::submit(std::function<void()> task) {

@@ -25,6 +25,9 @@
 
 namespace zero {
 
+class AsyncIo;
+class SwapDirectory;
+
 /// Sum of squares in fp64 with a fixed blocking, so the result does not depend on the thread
 /// count (bitwise reproducible across runs).
 double sum_of_squares(const at::Tensor& tensor);
@@ -101,6 +104,14 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// Where the shard state lives: host memory with offload_optimizer.device "cpu", else the
   /// parameters' device (the same memory on CPU ranks).
   Placement optimizer_placement() const;
+  /// Makes the store of the shard state for optimizer_placement() on `device`. Collective with
+  /// offload_optimizer "nvme" (the swap directory, and each swap file, are made by every rank
+  /// or by none: Note [Agreeing on a failure]); so is every call of what it returns.
+  StateStoreMaker state_store_maker(at::Device device);
+  /// The optimizer step of the shard state (ShardState::step). Offloaded to NVMe it is a disk
+  /// pass that can fail on one rank (a swap file changed under the run): then every rank throws
+  /// (Note [Agreeing on a failure]), at the cost of one small collective per step.
+  void step_shard_state(double grad_multiplier, const at::Tensor& lent = at::Tensor());
   /// Waits for in-flight collectives and detaches the hooks. Every subclass destructor calls
   /// it first, while the buffers the submitted tasks use still exist. Never throws.
   void shutdown() noexcept;
@@ -136,6 +147,9 @@ class EngineCore : public Engine, public CheckpointSubject {
   at::ScalarType grad_shard_dtype_;
   bool in_backward_ = false;
 
+  // NVMe offload (Note [NVMe offload]): declared before state_, whose swap files they outlive.
+  std::shared_ptr<AsyncIo> aio_;
+  std::shared_ptr<SwapDirectory> swap_directory_;
   std::unique_ptr<ShardState> state_;  // Note [Shard state]; made by the stage
   std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
   LossScaler scaler_;

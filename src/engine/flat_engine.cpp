@@ -184,6 +184,7 @@ void FlatEngine::allocate_state() {
       config_.optimizer, params_flat_.narrow(0, update_range_.begin, update_range_.size()),
       full_gradients ? std::nullopt : std::optional<at::ScalarType>(grad_shard_dtype_),
       config_.zero_optimization.sub_group_size, optimizer_placement(),
+      state_store_maker(params_flat_.device()),
       segments_within(layout_.owned(rank_)),  // saved: stage 0 too, each rank writes 1/N
       segments_within(update_range_));        // loaded: what the state covers
 }
@@ -194,6 +195,8 @@ ModelStateBytes FlatEngine::model_state_bytes() const {
   bytes.grads = grads_flat_.defined() ? grads_flat_.nbytes() : state_->gradient_bytes();
   bytes.master_params = state_->master_bytes();
   bytes.optimizer_state = state_->moment_bytes();
+  bytes.on_nvme = state_->file_bytes() > 0 ? bytes.master_params + bytes.optimizer_state : 0;
+  bytes.staging = state_->staging_bytes();
   return bytes;
 }
 
@@ -319,7 +322,7 @@ void FlatEngine::apply_update(double grad_multiplier) {
   const at::Tensor lent = !policy_.updates_owned_shard ? grads_flat_
                           : grads_flat_.defined()      ? owned_gradient()
                                                        : at::Tensor();
-  state_->step(grad_multiplier, lr_, lent);
+  step_shard_state(grad_multiplier, lent);
   if (policy_.updates_owned_shard) all_gather_parameters();
 }
 
@@ -369,9 +372,8 @@ void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank)
     // The fp32 master copy of the part this rank updates takes the new values too.
     const Range updated = intersect(range, update_range_);
     if (param_dtype_ != at::kFloat && !updated.empty()) {
-      state_->master()
-          .narrow(0, updated.begin - update_range_.begin, updated.size())
-          .copy_(params_flat_.narrow(0, updated.begin, updated.size()));
+      state_->write_master(updated.begin - update_range_.begin,
+                           params_flat_.narrow(0, updated.begin, updated.size()));
     }
   }
 }

@@ -377,7 +377,8 @@ void Stage3Engine::partition() {
   const std::vector<StateSegment> owned = owned_segments();
   state_ = std::make_unique<ShardState>(config_.optimizer, param_shard_, grad_shard_dtype_,
                                         config_.zero_optimization.sub_group_size,
-                                        optimizer_placement(), owned, owned);
+                                        optimizer_placement(),
+                                        state_store_maker(param_shard_.device()), owned, owned);
 }
 
 ModelStateBytes Stage3Engine::model_state_bytes() const {
@@ -387,6 +388,8 @@ ModelStateBytes Stage3Engine::model_state_bytes() const {
   bytes.grads = state_->gradient_bytes();
   bytes.master_params = state_->master_bytes();
   bytes.optimizer_state = state_->moment_bytes();
+  bytes.on_nvme = state_->file_bytes() > 0 ? bytes.master_params + bytes.optimizer_state : 0;
+  bytes.staging = state_->staging_bytes();
   bytes.gathered_peak =
       live_peak_numel_ * static_cast<int64_t>(c10::elementSize(compute_dtype_));
   return bytes;
@@ -660,7 +663,7 @@ double Stage3Engine::local_sum_of_squares() {
 }
 
 void Stage3Engine::apply_update(double grad_multiplier) {
-  state_->step(grad_multiplier, lr_);
+  step_shard_state(grad_multiplier);
   gather_persistent();
 }
 
@@ -756,7 +759,7 @@ void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_ran
       at::Tensor source = group.full.narrow(0, owned.begin, owned.size());
       param_shard_.narrow(0, group.shard_offset, owned.size()).copy_(source);
       if (param_dtype_ != at::kFloat) {
-        state_->master().narrow(0, group.shard_offset, owned.size()).copy_(source);
+        state_->write_master(group.shard_offset, source);
       }
     }
     if (!group.persistent) {

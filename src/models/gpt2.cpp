@@ -337,6 +337,14 @@ at::Tensor GPT2Impl::loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::cross_entropy_loss(flat_f, targets.reshape({-1}));
 }
 
+int64_t GPT2Config::num_parameters() const {
+  const int64_t d = n_embd;
+  // Per block: ln_1 and ln_2 (2d each), c_attn (d x 3d + 3d), attention c_proj (d x d + d),
+  // mlp c_fc (d x 4d + 4d) and c_proj (4d x d + d). The lm_head is the tied wte.
+  const int64_t block = 12 * d * d + 13 * d;
+  return vocab_size * d + n_positions * d + n_layer * block + 2 * d;
+}
+
 int64_t GPT2Impl::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();

@@ -1,7 +1,6 @@
 #include "optim/shard_optimizer.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/zeros.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -134,37 +133,30 @@ void dispatch_types(const at::Tensor& grad, const at::Tensor& param_out, Fn&& fn
 
 }  // namespace
 
-ShardOptimizer::ShardOptimizer(const OptimizerConfig& config, int64_t numel)
-    : config_(config), numel_(numel) {
-  const auto options = at::TensorOptions().dtype(at::kFloat);
-  if (config_.type == OptimizerType::kSGD) {
-    if (config_.momentum != 0.0) exp_avg_ = at::zeros({numel}, options);
-  } else {
-    exp_avg_ = at::zeros({numel}, options);
-    exp_avg_sq_ = at::zeros({numel}, options);
+std::vector<std::string> ShardOptimizer::moment_names() const {
+  if (config_.type != OptimizerType::kSGD) return {"exp_avg", "exp_avg_sq"};
+  if (config_.momentum != 0.0) return {"exp_avg"};
+  return {};
+}
+
+void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
+                            const at::Tensor& param_out, const std::vector<at::Tensor>& moments,
+                            double grad_multiplier, double lr) {
+  const int64_t numel = master.numel();
+  auto check = [&](const at::Tensor& t, const char* what) {
+    ZERO_INTERNAL_ASSERT(t.is_contiguous() && t.numel() == numel, what,
+                         " must be contiguous with ", numel, " elements");
+  };
+  ZERO_INTERNAL_ASSERT(master.scalar_type() == at::kFloat, "master must be fp32");
+  check(master, "master");
+  check(grad, "gradient");
+  if (param_out.defined()) check(param_out, "parameter copy");
+  ZERO_INTERNAL_ASSERT(moments.size() == moment_names().size(), "optimizer given ",
+                       moments.size(), " moments, expected ", moment_names().size());
+  for (const at::Tensor& m : moments) {
+    ZERO_INTERNAL_ASSERT(m.scalar_type() == at::kFloat, "moments must be fp32");
+    check(m, "moment");
   }
-}
-
-int64_t ShardOptimizer::state_bytes() const {
-  int64_t bytes = 0;
-  if (exp_avg_.defined()) bytes += exp_avg_.nbytes();
-  if (exp_avg_sq_.defined()) bytes += exp_avg_sq_.nbytes();
-  return bytes;
-}
-
-void ShardOptimizer::update(int64_t first, int64_t last, const at::Tensor& master,
-                            const at::Tensor& grad, double grad_multiplier,
-                            const at::Tensor& param_out, double lr) {
-  ZERO_INTERNAL_ASSERT(master.scalar_type() == at::kFloat && master.is_contiguous() &&
-                           master.numel() == numel_,
-                       "master shard must be contiguous fp32 of ", numel_, " elements");
-  ZERO_INTERNAL_ASSERT(grad.is_contiguous() && grad.numel() == numel_,
-                       "gradient shard must be contiguous with ", numel_, " elements");
-  ZERO_INTERNAL_ASSERT(!param_out.defined() ||
-                           (param_out.is_contiguous() && param_out.numel() == numel_),
-                       "parameter shard must be contiguous with ", numel_, " elements");
-  ZERO_INTERNAL_ASSERT(0 <= first && first <= last && last <= numel_, "update of [", first, ", ",
-                       last, ") outside the shard's ", numel_, " elements");
   ZERO_INTERNAL_ASSERT(step_count_ > 0, "update before begin_step");
   float* master_ptr = master.data_ptr<float>();
 
@@ -178,9 +170,9 @@ void ShardOptimizer::update(int64_t first, int64_t last, const at::Tensor& maste
     s.nesterov = config_.nesterov;
     s.first_step = step_count_ == 1;
     s.use_momentum = config_.momentum != 0.0;
-    float* buf = exp_avg_.defined() ? exp_avg_.data_ptr<float>() : nullptr;
+    float* buf = moments.empty() ? nullptr : moments[0].data_ptr<float>();
     dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-      at::parallel_for(first, last, kGrainSize, [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, numel, kGrainSize, [&](int64_t begin, int64_t end) {
         sgd_loop(master_ptr, g, out, buf, begin, end, s);
       });
     });
@@ -202,10 +194,10 @@ void ShardOptimizer::update(int64_t first, int64_t last, const at::Tensor& maste
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   s.eps = static_cast<float>(config_.eps);
   s.step_size = static_cast<float>(lr / bias_correction1);
-  float* m = exp_avg_.data_ptr<float>();
-  float* v = exp_avg_sq_.data_ptr<float>();
+  float* m = moments[0].data_ptr<float>();
+  float* v = moments[1].data_ptr<float>();
   dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-    at::parallel_for(first, last, kGrainSize, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, numel, kGrainSize, [&](int64_t begin, int64_t end) {
       adam_loop(master_ptr, g, out, m, v, begin, end, s);
     });
   });

@@ -10,53 +10,116 @@ namespace zero {
 
 ShardState::ShardState(const OptimizerConfig& optimizer, at::Tensor params,
                        std::optional<at::ScalarType> gradient_dtype, int64_t tile_numel,
-                       Placement placement, std::vector<StateSegment> saved,
-                       std::vector<StateSegment> loaded)
+                       Placement placement, const StateStoreMaker& make_store,
+                       std::vector<StateSegment> saved, std::vector<StateSegment> loaded)
     : params_(std::move(params)),
-      optimizer_(optimizer, params_.numel()),
+      optimizer_(optimizer),
       tile_numel_(std::max<int64_t>(1, tile_numel)),
       placement_(placement),
+      make_store_(make_store),
       saved_(std::move(saved)),
       loaded_(std::move(loaded)) {
   ZERO_INTERNAL_ASSERT(params_.defined() && params_.dim() == 1 && params_.is_contiguous(),
                        "shard state over a parameter copy that is not flat and contiguous");
   ZERO_CHECK(placement_ == Placement::kDevice || params_.device().is_cpu(),
-             "zero_optimization.offload_optimizer.device = \"cpu\" with parameters on ",
+             "zero_optimization.offload_optimizer.device = \"",
+             placement_ == Placement::kNvme ? "nvme" : "cpu", "\" with parameters on ",
              params_.device(), " is not supported yet (moving the optimizer state off the ",
              "device); allowed here: \"none\"");
-  master_ = params_.scalar_type() == at::kFloat ? params_ : params_.to(at::kFloat);
+  part_names_.push_back("master");
+  for (const std::string& name : optimizer_.moment_names()) part_names_.push_back(name);
+  const int store_parts = static_cast<int>(part_names_.size()) - (master_in_store() ? 0 : 1);
+  store_ = make_store_(store_parts, numel(), tile_numel_, "optimizer");
+  if (master_in_store()) {
+    // The master weights start as the parameters, a tile at a time (an offloaded store never
+    // has the whole fp32 copy in memory).
+    store_->for_each_tile(
+        [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+          parts[0].copy_(params_.narrow(0, begin, end - begin));
+        },
+        /*write_back=*/true);
+  }
   if (gradient_dtype) {
     gradient_ = at::zeros({params_.numel()}, params_.options().dtype(*gradient_dtype));
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> ShardState::moments() const {
-  std::vector<std::pair<std::string, at::Tensor>> moments;
-  if (optimizer_.first_moment().defined()) moments.emplace_back("exp_avg", optimizer_.first_moment());
-  if (optimizer_.second_moment().defined()) {
-    moments.emplace_back("exp_avg_sq", optimizer_.second_moment());
+void ShardState::read_part(int part, int64_t offset, const at::Tensor& out) const {
+  ZERO_INTERNAL_ASSERT(part >= 0 && part < static_cast<int>(part_names_.size()), "state part ",
+                       part, " of ", part_names_.size());
+  if (part == 0 && !master_in_store()) {
+    out.copy_(params_.narrow(0, offset, out.numel()));
+    return;
   }
-  return moments;
+  store_->read(master_in_store() ? part : part - 1, offset, out);
+}
+
+void ShardState::write_master(int64_t offset, const at::Tensor& values) {
+  if (!master_in_store()) return;
+  store_->write(0, offset, values.to(at::kFloat));
+  store_->flush();
+}
+
+std::unique_ptr<StateStore> ShardState::make_staging() const {
+  return make_store_(static_cast<int>(part_names_.size()), numel(), tile_numel_,
+                     "optimizer.load");
+}
+
+void ShardState::commit(StateStore& staging) {
+  ZERO_INTERNAL_ASSERT(staging.parts() == static_cast<int>(part_names_.size()) &&
+                           staging.numel() == numel(),
+                       "staging state of another shape");
+  const int first = master_in_store() ? 0 : 1;
+  if (!master_in_store()) {
+    for (int64_t begin = 0; begin < numel(); begin += staging.tile_numel()) {
+      const int64_t n = std::min(numel() - begin, staging.tile_numel());
+      staging.read(0, begin, params_.narrow(0, begin, n));
+    }
+  }
+  store_->for_each_tile(
+      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+        for (size_t p = 0; p < parts.size(); ++p) {
+          staging.read(static_cast<int>(p) + first, begin, parts[p]);
+        }
+        (void)end;
+      },
+      /*write_back=*/true);
+  round_params_from_master();
 }
 
 int64_t ShardState::master_bytes() const {
-  return params_.scalar_type() == at::kFloat ? 0 : master_.nbytes();
+  return master_in_store() ? numel() * 4 : 0;
+}
+
+int64_t ShardState::moment_bytes() const {
+  return static_cast<int64_t>(optimizer_.moment_names().size()) * numel() * 4;
 }
 
 void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent) {
   const at::Tensor& grad = lent.defined() ? lent : gradient_;
   ZERO_INTERNAL_ASSERT(grad.defined() && grad.numel() == numel(),
                        "optimizer step without a gradient over the shard space");
-  const at::Tensor param_out = params_.scalar_type() == at::kFloat ? at::Tensor() : params_;
+  const bool fp32 = !master_in_store();
   optimizer_.begin_step();
-  for (int64_t begin = 0; begin < numel(); begin += tile_numel_) {
-    optimizer_.update(begin, std::min(numel(), begin + tile_numel_), master_, grad,
-                      grad_multiplier, param_out, lr);
-  }
+  std::vector<at::Tensor> moments;
+  store_->for_each_tile(
+      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+        const int64_t n = end - begin;
+        const at::Tensor param_tile = params_.narrow(0, begin, n);
+        moments.assign(parts.begin() + (fp32 ? 0 : 1), parts.end());
+        optimizer_.update(fp32 ? param_tile : parts[0], grad.narrow(0, begin, n),
+                          fp32 ? at::Tensor() : param_tile, moments, grad_multiplier, lr);
+      },
+      /*write_back=*/true);
 }
 
 void ShardState::round_params_from_master() {
-  if (params_.scalar_type() != at::kFloat) params_.copy_(master_);
+  if (!master_in_store()) return;
+  store_->for_each_tile(
+      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+        params_.narrow(0, begin, end - begin).copy_(parts[0]);
+      },
+      /*write_back=*/false);
 }
 
 }  // namespace zero

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "optim/shard_optimizer.h"
+#include "state/state_store.h"
 #include "state/training_state.h"
 #include "zero/config.h"
 
@@ -30,14 +31,16 @@ namespace zero {
 //   - the segments that map the space back to parameter names and element ranges: what this
 //     rank saves, and what a load must fill (they differ at stage 0, which holds everything but
 //     saves its 1/N), the vocabulary of checkpoints (src/checkpoint).
-// A placement says where the tensors live: host memory or the model's device today (the same
-// on CPU ranks), files on NVMe next. The optimizer steps the space in tiles of at most
-// sub_group_size elements, so an offloaded state needs one tile in memory at a time; each
+// A placement says where the fp32 parts live (a StateStore, src/state/state_store.h): host
+// memory or the model's device (the same on CPU ranks), or swap files on NVMe (Note [NVMe
+// offload], src/offload/swap_file.h). The optimizer steps the space in tiles of at most
+// sub_group_size elements, so an offloaded state needs a few tiles in memory at a time; each
 // element's update reads and writes that element alone, so the tiling changes no bit.
 
 enum class Placement {
   kHost,    // host memory
   kDevice,  // the memory of the device the parameters live on
+  kNvme,    // swap files (Note [NVMe offload], src/offload/swap_file.h)
 };
 
 class ShardState {
@@ -46,53 +49,73 @@ class ShardState {
   /// values become the master weights). `gradient_dtype`: the dtype of the gradient shard this
   /// state owns, or nullopt when the engine lends its gradient to step(). `saved` and `loaded`:
   /// the segments this rank writes to a checkpoint and those a load fills (offsets into the
-  /// space). Throws zero::Error for a placement it cannot honour (host state for device
+  /// space). `make_store` makes where the fp32 parts live (memory or a swap file, matching
+  /// `placement`). Throws zero::Error for a placement it cannot honour (host state for device
   /// parameters needs the offload of a later issue).
   ShardState(const OptimizerConfig& optimizer, at::Tensor params,
              std::optional<at::ScalarType> gradient_dtype, int64_t tile_numel,
-             Placement placement, std::vector<StateSegment> saved,
-             std::vector<StateSegment> loaded);
+             Placement placement, const StateStoreMaker& make_store,
+             std::vector<StateSegment> saved, std::vector<StateSegment> loaded);
 
   int64_t numel() const { return params_.numel(); }
   Placement placement() const { return placement_; }
   int64_t tile_numel() const { return tile_numel_; }
 
   const at::Tensor& params() const { return params_; }
-  /// fp32 master weights over the space (params() itself when the parameters are fp32).
-  const at::Tensor& master() const { return master_; }
   /// The owned gradient shard; undefined when the gradient is lent (stages 0-1).
   const at::Tensor& gradient() const { return gradient_; }
-  /// The optimizer's moments by checkpoint name: Adam {"exp_avg", "exp_avg_sq"}, SGD with
-  /// momentum {"exp_avg"} (the momentum buffer), plain SGD none.
-  std::vector<std::pair<std::string, at::Tensor>> moments() const;
   const std::vector<StateSegment>& saved_segments() const { return saved_; }
   const std::vector<StateSegment>& loaded_segments() const { return loaded_; }
+
+  /// The fp32 parts of the state by checkpoint name: "master", then the optimizer's moments
+  /// (Adam "exp_avg", "exp_avg_sq"; SGD with momentum "exp_avg"; plain SGD none).
+  const std::vector<std::string>& part_names() const { return part_names_; }
+  /// Copies elements [offset, offset + out.numel()) of part `part` into `out` (fp32).
+  void read_part(int part, int64_t offset, const at::Tensor& out) const;
+  /// Sets elements [offset, offset + values.numel()) of the fp32 master weights (for 16-bit
+  /// parameters; with fp32 parameters they are the parameters, and nothing is to be done).
+  void write_master(int64_t offset, const at::Tensor& values);
+
+  /// A zero-filled copy of every part, of the same placement, for a load to fill before it
+  /// commits (a swap file beside the live one when offloaded: never the state in memory).
+  std::unique_ptr<StateStore> make_staging() const;
+  /// Replaces every part by the staging copy's (and the 16-bit parameters by the master
+  /// rounded, as a step writes them).
+  void commit(StateStore& staging);
 
   int64_t optimizer_steps() const { return optimizer_.step_count(); }
   void set_optimizer_steps(int64_t steps) { optimizer_.set_step_count(steps); }
 
   /// Bytes of the master weights (0 when they are the fp32 parameters), the moments, and the
-  /// owned gradient shard.
+  /// owned gradient shard, wherever they live; and of those, the bytes in swap files.
   int64_t master_bytes() const;
-  int64_t moment_bytes() const { return optimizer_.state_bytes(); }
+  int64_t moment_bytes() const;
   int64_t gradient_bytes() const { return gradient_.defined() ? gradient_.nbytes() : 0; }
+  int64_t file_bytes() const { return store_->file_bytes(); }
+  /// Host memory the offloaded parts use for staging (0 in memory).
+  int64_t staging_bytes() const { return file_bytes() > 0 ? store_->memory_bytes() : 0; }
 
   /// One optimizer step over the space, tile by tile: the gradient (the owned shard when
   /// `lent` is undefined) times `grad_multiplier`, at learning rate `lr`; writes the master
   /// weights, the moments and, for 16-bit parameters, the rounded parameter copy.
   void step(double grad_multiplier, double lr, const at::Tensor& lent = at::Tensor());
 
-  /// After a load filled the master weights: the 16-bit parameter copy becomes them rounded,
-  /// exactly as a step writes it.
+  /// After the master weights changed outside a step: the 16-bit parameter copy becomes them
+  /// rounded, exactly as a step writes it.
   void round_params_from_master();
 
  private:
+  bool master_in_store() const { return params_.scalar_type() != at::kFloat; }
+
   at::Tensor params_;
-  at::Tensor master_;
   at::Tensor gradient_;
   ShardOptimizer optimizer_;
   int64_t tile_numel_;
   Placement placement_;
+  StateStoreMaker make_store_;
+  std::vector<std::string> part_names_;
+  // The fp32 parts: the master weights first when the parameters are 16-bit, then the moments.
+  std::unique_ptr<StateStore> store_;
   std::vector<StateSegment> saved_;
   std::vector<StateSegment> loaded_;
 };

@@ -1,0 +1,191 @@
+// NVMe offload benchmarks (docs/benchmarks.md, "NVMe offload"):
+//   swapper    sequential write then read of a swap file through AsyncIo in records of
+//              --record-mib, --buffers in flight: the swapper's bandwidth, to set beside the
+//              disk's own limit (bench/disk_limit.sh, fio at the same block size);
+//   optimizer  ShardOptimizer (AdamW, fp32) on --numel elements with --threads: elements/s,
+//              to set beside DeepSpeed's CPU Adam on the same sizes (bench/deepspeed_cpu_adam.py);
+//   step       ShardState::step of --numel fp32 parameters with the moments in memory and on
+//              NVMe (tiles of --tile), interleaved --rounds times: seconds per step and ratio.
+// Usage: bench_offload MODE [--dir DIR] [--numel N] [--tile N] [--buffers N] [--threads N]
+//        [--record-mib N] [--size-mib N] [--rounds N]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offload/async_io.h"
+#include "offload/swap_directory.h"
+#include "offload/swap_file.h"
+#include "optim/shard_optimizer.h"
+#include "state/shard_state.h"
+#include "state/state_store.h"
+#include "zero/comm_mpi.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Options {
+  std::string mode;
+  std::string dir = "/tmp";
+  int64_t numel = 50000000;
+  int64_t tile = 10000000;
+  int64_t buffers = 4;
+  int threads = 0;
+  int64_t record_mib = 64;
+  int64_t size_mib = 2048;
+  int rounds = 3;
+  int64_t block_size = 1 << 20;
+  int64_t queue_depth = 8;
+};
+
+void swapper(const Options& o) {
+  zero::AioConfig aio;
+  aio.block_size = o.block_size;
+  aio.queue_depth = o.queue_depth;
+  zero::AsyncIo io(aio);
+  const int64_t record = o.record_mib << 20;
+  const int64_t records = (o.size_mib << 20) / record;
+  const std::string path = o.dir + "/zero-bench-swapper-" + std::to_string(::getpid()) + ".swp";
+  zero::SwapFile file(path, records * record, io);
+  std::vector<std::unique_ptr<zero::AlignedBuffer>> buffers;
+  for (int64_t b = 0; b < o.buffers; ++b) {
+    buffers.push_back(std::make_unique<zero::AlignedBuffer>(record));
+    std::memset(buffers.back()->data(), static_cast<int>(b + 1), static_cast<size_t>(record));
+  }
+  for (int round = 0; round < o.rounds; ++round) {
+    for (bool write : {true, false}) {
+      std::vector<zero::AsyncIo::Ticket> in_flight(buffers.size());
+      const auto t0 = Clock::now();
+      for (int64_t r = 0; r < records; ++r) {
+        const size_t b = static_cast<size_t>(r) % buffers.size();
+        zero::AsyncIo::wait(in_flight[b]);
+        in_flight[b] = write ? file.write(buffers[b]->data(), record, r * record)
+                             : file.read(buffers[b]->data(), record, r * record);
+      }
+      for (auto& t : in_flight) zero::AsyncIo::wait(t);
+      const double seconds = since(t0);
+      if (write) file.seal();
+      std::printf("swapper %s_GBps=%.3f record=%lldMiB buffers=%lld block=%lld qd=%lld "
+                  "direct=%d size=%lldMiB round=%d\n",
+                  write ? "write" : "read", static_cast<double>(records * record) / seconds / 1e9,
+                  static_cast<long long>(o.record_mib), static_cast<long long>(o.buffers),
+                  static_cast<long long>(o.block_size), static_cast<long long>(o.queue_depth),
+                  file.direct() ? 1 : 0, static_cast<long long>(records * record >> 20), round);
+      std::fflush(stdout);
+    }
+  }
+}
+
+void optimizer(const Options& o) {
+  zero::OptimizerConfig config;  // AdamW as bench/deepspeed_cpu_adam.py: lr 1e-3, wd 0.01
+  config.type = zero::OptimizerType::kAdamW;
+  config.lr = 1e-3;
+  config.weight_decay = 0.01;
+  zero::ShardOptimizer opt(config);
+  at::manual_seed(0);
+  at::Tensor param = at::randn({o.numel}) * 0.01;
+  at::Tensor grad = at::randn({o.numel}) * 0.01;
+  std::vector<at::Tensor> moments = {at::zeros({o.numel}), at::zeros({o.numel})};
+  opt.begin_step();
+  opt.update(param, grad, at::Tensor(), moments, 1.0, config.lr);  // warm-up
+  const auto t0 = Clock::now();
+  for (int s = 0; s < o.rounds; ++s) {
+    opt.begin_step();
+    opt.update(param, grad, at::Tensor(), moments, 1.0, config.lr);
+  }
+  const double per_step = since(t0) / o.rounds;
+  std::printf("zero_shard_optimizer elements_per_s=%.4g numel=%lld steps=%d threads=%d "
+              "seconds_per_step=%.4f mode=adamw\n",
+              static_cast<double>(o.numel) / per_step, static_cast<long long>(o.numel), o.rounds,
+              at::get_num_threads(), per_step);
+}
+
+void step(const Options& o, zero::Communicator& comm) {
+  zero::OptimizerConfig config;
+  config.type = zero::OptimizerType::kAdamW;
+  zero::OffloadConfig offload;
+  offload.device = zero::OffloadDevice::kNvme;
+  offload.nvme_path = o.dir;
+  offload.buffer_count = o.buffers;
+  zero::AioConfig aio;
+  aio.block_size = o.block_size;
+  aio.queue_depth = o.queue_depth;
+  zero::AsyncIo io(aio);
+  zero::SwapDirectory directory(o.dir, "--dir", comm);
+  at::manual_seed(0);
+  at::Tensor grad = at::randn({o.numel}) * 0.01;
+  auto memory_maker = [](int parts, int64_t numel, int64_t tile, const std::string&) {
+    return zero::make_memory_store(parts, numel, tile, at::kCPU);
+  };
+  auto nvme_maker = [&](int parts, int64_t numel, int64_t tile, const std::string& name) {
+    return zero::make_swap_store(parts, numel, tile, offload, io, directory, name);
+  };
+  zero::ShardState in_memory(config, at::randn({o.numel}) * 0.01, std::nullopt, o.tile,
+                             zero::Placement::kHost, memory_maker, {}, {});
+  zero::ShardState on_nvme(config, at::randn({o.numel}) * 0.01, std::nullopt, o.tile,
+                           zero::Placement::kNvme, nvme_maker, {}, {});
+  in_memory.step(1.0, 1e-3, grad);  // warm-up: first touch of the moments
+  on_nvme.step(1.0, 1e-3, grad);
+  double memory_total = 0, nvme_total = 0;
+  for (int r = 0; r < o.rounds; ++r) {
+    auto t0 = Clock::now();
+    in_memory.step(1.0, 1e-3, grad);
+    const double m = since(t0);
+    t0 = Clock::now();
+    on_nvme.step(1.0, 1e-3, grad);
+    const double n = since(t0);
+    memory_total += m;
+    nvme_total += n;
+    const double moved = 2.0 * static_cast<double>(on_nvme.file_bytes());  // read + write
+    std::printf("step round=%d in_memory_s=%.3f nvme_s=%.3f ratio=%.2f swap_GBps=%.3f "
+                "numel=%lld tile=%lld buffers=%lld file=%lldMiB\n",
+                r, m, n, n / m, moved / n / 1e9, static_cast<long long>(o.numel),
+                static_cast<long long>(o.tile), static_cast<long long>(o.buffers),
+                static_cast<long long>(on_nvme.file_bytes() >> 20));
+    std::fflush(stdout);
+  }
+  std::printf("step mean in_memory_s=%.3f nvme_s=%.3f ratio=%.2f\n", memory_total / o.rounds,
+              nvme_total / o.rounds, nvme_total / memory_total);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"NVMe offload benchmarks"};
+  Options o;
+  app.add_option("mode", o.mode, "swapper | optimizer | step")->required();
+  app.add_option("--dir", o.dir, "directory of the swap files");
+  app.add_option("--numel", o.numel, "elements (optimizer, step)");
+  app.add_option("--tile", o.tile, "sub_group_size (step)");
+  app.add_option("--buffers", o.buffers, "buffers in flight / buffer_count");
+  app.add_option("--threads", o.threads, "libtorch threads (0: all cores)");
+  app.add_option("--record-mib", o.record_mib, "swapper: MiB per transfer");
+  app.add_option("--size-mib", o.size_mib, "swapper: file size in MiB");
+  app.add_option("--rounds", o.rounds, "rounds / timed steps");
+  app.add_option("--block-size", o.block_size, "aio.block_size");
+  app.add_option("--queue-depth", o.queue_depth, "aio.queue_depth");
+  CLI11_PARSE(app, argc, argv);
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  auto comm = zero::make_mpi_communicator();
+  if (o.mode == "swapper") {
+    swapper(o);
+  } else if (o.mode == "optimizer") {
+    optimizer(o);
+  } else if (o.mode == "step") {
+    step(o, *comm);
+  } else {
+    std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
+    return 1;
+  }
+  return 0;
+}

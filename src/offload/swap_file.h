@@ -1,0 +1,102 @@
+// Swap files of NVMe offload and the aligned host buffers they are read into. See
+// Note [NVMe offload].
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "offload/async_io.h"
+
+namespace zero {
+
+// Note [NVMe offload]
+// ~~~~~~~~~~~~~~~~~~~
+// With offload device "nvme" (ZeRO-Infinity) a rank keeps state in files instead of memory:
+//   - offload_optimizer: the fp32 master weights (for 16-bit parameters; fp32 parameters are
+//     their own master and stay in memory) and the optimizer's moments of its shard space, as
+//     one record per tile of sub_group_size elements (src/state/state_store.cpp). The optimizer
+//     step streams the records through offload_optimizer.buffer_count staging buffers: tile
+//     i+1 is read and tile i-1 written while tile i is stepped by the unchanged optimizer loop,
+//     so results are bitwise those of the in-memory run.
+// Files live in one directory per job and rank, nvme_path/zero-<job>/rank<r>/ (SwapDirectory,
+// src/offload/swap_directory.h): made at start-up, removed at a clean exit, and found and
+// removed at the next start when the run that made them was killed.
+// Every transfer is a multiple of kSwapAlignment bytes at an offset that is one, into a buffer
+// aligned to it, so the files can be opened with O_DIRECT and bypass the page cache, which on a
+// machine short of memory (the reason to offload) would otherwise hold a second copy of what
+// streams through. A file system that refuses O_DIRECT (tmpfs) gets buffered I/O and one line
+// saying so. A file's blocks are reserved when it is made (fallocate), so a full disk is an
+// error at start-up, naming the path and the bytes, and not in the middle of a step.
+// Nothing else may write the files: each is sealed (inode, size, modification time) after the
+// engine's last write and checked before the next read, so a file truncated, replaced or
+// changed under the run is an error and not silently read.
+
+/// Alignment of swap-file offsets, transfer sizes and buffers: the largest logical block size
+/// of the devices O_DIRECT is used on.
+constexpr int64_t kSwapAlignment = 4096;
+
+inline int64_t align_up(int64_t bytes) {
+  return (bytes + kSwapAlignment - 1) / kSwapAlignment * kSwapAlignment;
+}
+
+/// Host memory aligned to kSwapAlignment, kept for the life of the buffer (Note [NVMe
+/// offload]: staging buffers are reused every step, never returned to the allocator).
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(int64_t bytes);
+  ~AlignedBuffer();
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  char* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  char* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+class SwapFile {
+ public:
+  /// Creates `path` (it must not exist) with `bytes` reserved on its file system. Throws
+  /// zero::Error naming the path and the bytes when it cannot (a full disk included).
+  SwapFile(std::string path, int64_t bytes, AsyncIo& io);
+  /// Closes and removes the file. Never throws.
+  ~SwapFile();
+  SwapFile(const SwapFile&) = delete;
+  SwapFile& operator=(const SwapFile&) = delete;
+
+  /// Asynchronous transfers of aligned sizes at aligned offsets inside the file.
+  AsyncIo::Ticket read(void* buffer, int64_t bytes, int64_t offset);
+  AsyncIo::Ticket write(const void* buffer, int64_t bytes, int64_t offset);
+
+  /// After the engine's writes have finished: records what the file is now.
+  void seal();
+  /// Before reading what was sealed: throws zero::Error when the file was removed, replaced,
+  /// truncated or written since.
+  void check_unchanged() const;
+
+  const std::string& path() const { return path_; }
+  int64_t bytes() const { return bytes_; }
+  /// Whether the file bypasses the page cache (O_DIRECT).
+  bool direct() const { return direct_; }
+
+ private:
+  void check_range(int64_t bytes, int64_t offset) const;
+
+  std::string path_;
+  int64_t bytes_;
+  AsyncIo& io_;
+  int fd_ = -1;
+  bool direct_ = false;
+  // What seal() recorded.
+  bool sealed_ = false;
+  dev_t device_ = 0;
+  ino_t inode_ = 0;
+  int64_t sealed_size_ = 0;
+  int64_t sealed_mtime_ns_ = 0;
+};
+
+}  // namespace zero

@@ -1,0 +1,293 @@
+// NVMe offload (Note [NVMe offload], src/offload/swap_file.h), run under mpirun at 1-3 ranks:
+// optimizer state in swap files trains bit for bit as in memory at stages 1-3, in every
+// pipelining and buffer setting; swap directories are made, removed and swept; a swap file
+// changed under the run is an error on every rank; a bad nvme_path is an error on every rank.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "engine_harness.h"
+#include "offload/async_io.h"
+#include "offload/swap_directory.h"
+#include "offload/swap_file.h"
+#include "test_util.h"
+#include "zero/error.h"
+
+namespace zero::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The zero_optimization keys that put the optimizer state on NVMe under `dir`, in tiles of
+// `tile` elements (several tiles even for the tiny models).
+std::string nvme_optimizer_json(const std::string& dir, int64_t tile, int buffers = 4,
+                                bool pipeline = true) {
+  const std::string flag = pipeline ? "true" : "false";
+  return "\"sub_group_size\": " + std::to_string(tile) +
+         ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir +
+         "\", \"buffer_count\": " + std::to_string(buffers) + ", \"pipeline_read\": " + flag +
+         ", \"pipeline_write\": " + flag + "}";
+}
+
+// The swap files under `dir`: every rank's, or those of rank `rank` only.
+std::vector<fs::path> swap_files_under(const std::string& dir, int rank = -1) {
+  std::vector<fs::path> files;
+  if (!fs::exists(dir)) return files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.path().extension() != ".swp") continue;
+    if (rank >= 0 && entry.path().parent_path().filename() != "rank" + std::to_string(rank)) {
+      continue;
+    }
+    files.push_back(entry.path());
+  }
+  return files;
+}
+
+// The equivalence of the issue: gpt2-tiny at stages 1-3, fp32 and bf16 parameters (bf16: the
+// master weights are on NVMe too), offload none vs nvme: the same bits.
+TEST(NvmeOffload, OptimizerStateOnNvmeChangesNoBit) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-equivalence");
+  const ModelSpec spec = tiny_gpt2_spec();
+  for (int stage : {1, 2, 3}) {
+    for (const char* dtype : {"fp32", "bf16"}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + " " + dtype);
+      RunOptions options;
+      options.stage = stage;
+      options.dtype = dtype;
+      options.steps = 3;
+      options.gradient_clipping = 0.5;
+      const std::string base = stage == 3 ? "\"stage3_param_persistence_threshold\": 0, " : "";
+      options.extra_zero_json = base + "\"sub_group_size\": 1000";
+      const RunResult plain = run_engine(spec, options, comm);
+      options.extra_zero_json = base + nvme_optimizer_json(dir, 1000);
+      const RunResult offloaded = run_engine(spec, options, comm);
+      EXPECT_EQ(plain.losses, offloaded.losses);
+      EXPECT_TRUE(at::equal(plain.parameters, offloaded.parameters));
+      // The same categories and bytes; the fp32 parts are on NVMe, staged in 4 tiles.
+      const ModelStateBytes& bytes = offloaded.state_bytes;
+      EXPECT_EQ(bytes.total(), plain.state_bytes.total());
+      EXPECT_EQ(bytes.on_nvme, bytes.master_params + bytes.optimizer_state);
+      EXPECT_GT(bytes.on_nvme, 0);
+      EXPECT_EQ(plain.state_bytes.on_nvme, 0);
+      EXPECT_EQ(bytes.staging, 4 * (std::string(dtype) == "fp32" ? 2 : 3) * 4096);
+    }
+  }
+  // Engines gone (on every rank): their swap files and directories too.
+  comm->barrier()->wait();
+  EXPECT_TRUE(swap_files_under(dir).empty());
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+}
+
+// Every pipelining choice and buffer count steps the same bits: tiles of 7 elements (hundreds
+// of tiles), 1-5 buffers, reads and writes pipelined or not, aio in small blocks on 2 threads.
+TEST(NvmeOffload, PipeliningAndBuffersChangeNoBit) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-pipeline");
+  RunOptions options;
+  options.stage = 2;
+  options.dtype = "bf16";
+  options.steps = 2;
+  options.extra_zero_json = "\"sub_group_size\": 7";
+  const RunResult plain = run_engine(mlp_spec(), options, comm);
+  for (int buffers : {1, 2, 3, 5}) {
+    for (bool pipeline : {true, false}) {
+      SCOPED_TRACE(std::to_string(buffers) + " buffers, pipeline " + std::to_string(pipeline));
+      options.extra_zero_json = nvme_optimizer_json(dir, 7, buffers, pipeline);
+      options.extra_top_json = "\"aio\": {\"block_size\": 4096, \"queue_depth\": 2, "
+                               "\"intra_op_parallelism\": 2, \"single_submit\": " +
+                               std::string(pipeline ? "true" : "false") +
+                               ", \"overlap_events\": " + (pipeline ? "false" : "true") + "}";
+      const RunResult offloaded = run_engine(mlp_spec(), options, comm);
+      EXPECT_EQ(plain.losses, offloaded.losses);
+      EXPECT_TRUE(at::equal(plain.parameters, offloaded.parameters));
+    }
+  }
+}
+
+// Note [NVMe offload]: a swap file truncated, or written by something else, between steps is
+// an error naming the file, on every rank (here it happens on the last rank only).
+TEST(NvmeOffload, SwapFileChangedUnderTheRunIsAnErrorOnEveryRank) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-tamper");
+  for (const char* tamper : {"truncate", "write"}) {
+    SCOPED_TRACE(tamper);
+    RunOptions options;
+    options.stage = 1;
+    options.extra_zero_json = nvme_optimizer_json(dir, 64);
+    auto model = mlp_spec().build();
+    auto engine = initialize(model, parse_config(make_config_json(options), comm->size(), "t"),
+                             comm);
+    const ModelSpec spec = mlp_spec();
+    auto step = [&](int s) {
+      auto [x, y] = spec.batch(s, 2);
+      engine->backward(spec.loss(*model, x, y));
+      engine->step();
+    };
+    step(0);
+    std::string victim;
+    if (comm->rank() == comm->size() - 1) {
+      const std::vector<fs::path> files = swap_files_under(dir, comm->rank());
+      EXPECT_EQ(files.size(), 1u);  // not ASSERT: the other ranks go on to the step
+      victim = files.at(0).string();
+      if (std::string(tamper) == "truncate") {
+        fs::resize_file(files[0], 4096);
+      } else {
+        std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(8);
+        f.write("tamper", 6);
+      }
+    }
+    comm->barrier()->wait();
+    try {
+      step(1);
+      ADD_FAILURE() << "a step read a swap file changed under the run";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      if (!victim.empty()) {
+        EXPECT_NE(message.find(victim), std::string::npos) << message;
+        EXPECT_NE(message.find(std::string(tamper) == "truncate" ? "truncated" : "written by"),
+                  std::string::npos) << message;
+      }
+    }
+  }
+}
+
+// nvme_path that does not exist, is a file, or cannot be written: every rank throws at
+// initialize, naming the key and the path.
+TEST(NvmeOffload, BadNvmePathIsAnErrorOnEveryRank) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-bad-path");
+  const std::string file = dir + "/a-file";
+  if (comm->rank() == 0) std::ofstream(file) << "x";
+  comm->barrier()->wait();
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {dir + "/missing", "does not exist"}, {file, "is not a directory"}};
+  if (::geteuid() != 0) {  // root writes anywhere
+    const std::string locked = dir + "/locked";
+    if (comm->rank() == 0) {
+      fs::create_directory(locked);
+      fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+    }
+    comm->barrier()->wait();
+    cases.emplace_back(locked, "is not writable");
+  }
+  for (const auto& [path, expected] : cases) {
+    SCOPED_TRACE(path);
+    RunOptions options;
+    options.stage = 2;
+    options.extra_zero_json = nvme_optimizer_json(path, 64);
+    try {
+      initialize(mlp_spec().build(), parse_config(make_config_json(options), comm->size(), "t"),
+                 comm);
+      ADD_FAILURE() << "initialize accepted nvme_path " << path;
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("offload_optimizer.nvme_path"), std::string::npos) << message;
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+    }
+  }
+}
+
+// Note [Stale swap directories]: a directory of a process of this host that no longer runs is
+// removed at start-up; one of a live process, of another host, or without an owner stays.
+TEST(NvmeOffload, StaleSwapDirectoriesOfKilledRunsAreRemovedAtStart) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-stale");
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  auto make = [&](const std::string& name, const std::string& owner) {
+    const fs::path rank_dir = fs::path(dir) / name / "rank0";
+    fs::create_directories(rank_dir);
+    if (!owner.empty()) std::ofstream(rank_dir / "owner") << owner << "\n";
+    std::ofstream(rank_dir / "optimizer.swp") << std::string(8192, 'x');
+  };
+  if (comm->rank() == 0) {
+    // pid 4194303 is the largest Linux allows; whatever runs there did not start at tick 1.
+    make("zero-dead", std::string(host) + " 4194303 1");
+    make("zero-live", swap_owner_text());
+    make("zero-elsewhere", "some-other-host 4194303 1");
+    make("zero-unowned", "");
+  }
+  comm->barrier()->wait();
+  RunOptions options;
+  options.stage = 1;
+  options.extra_zero_json = nvme_optimizer_json(dir, 64);
+  {
+    auto engine = initialize(mlp_spec().build(),
+                             parse_config(make_config_json(options), comm->size(), "t"), comm);
+    comm->barrier()->wait();
+    EXPECT_FALSE(fs::exists(fs::path(dir) / "zero-dead"));
+    for (const char* kept : {"zero-live", "zero-elsewhere", "zero-unowned"}) {
+      EXPECT_TRUE(fs::exists(fs::path(dir) / kept / "rank0" / "optimizer.swp")) << kept;
+    }
+    // This run's own directory, one per rank, with its owner.
+    int own = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      for (const auto& rank : fs::directory_iterator(entry.path())) {
+        std::ifstream in(rank.path() / "owner");
+        std::string owner_host;
+        in >> owner_host;
+        if (owner_host == host && fs::exists(rank.path() / "optimizer.swp") &&
+            entry.path().filename() != "zero-live" && entry.path().filename() != "zero-dead") {
+          ++own;
+        }
+      }
+    }
+    EXPECT_EQ(own, comm->size()) << [&] {
+      std::string tree;
+      for (const auto& e : fs::recursive_directory_iterator(dir)) tree += e.path().string() + "\n";
+      return tree;
+    }();
+    comm->barrier()->wait();  // every rank has looked before any engine (and its files) goes
+  }
+  comm->barrier()->wait();
+}
+
+// Note [NVMe offload]: the blocks of a swap file are reserved when it is made, so a disk that
+// cannot hold it is an error then, naming the file and the bytes (here a file-size limit plays
+// the full disk; single process, no MPI collective involved).
+TEST(NvmeOffload, SwapFileThatDoesNotFitIsAnErrorAtCreation) {
+  if (world()->rank() != 0) return;
+  const std::string dir = testing::TempDir() + "/zero-offload-full-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  AsyncIo io(AioConfig{});
+  struct rlimit old_limit {};
+  ::getrlimit(RLIMIT_FSIZE, &old_limit);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 1 << 20;
+  std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  try {
+    SwapFile file(dir + "/big.swp", 64 << 20, io);
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  EXPECT_NE(message.find("cannot reserve 67108864 bytes for swap file '" + dir + "/big.swp'"),
+            std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(dir + "/big.swp"));
+  // And one that fits round-trips its bytes.
+  {
+    SwapFile file(dir + "/small.swp", 3 * kSwapAlignment, io);
+    AlignedBuffer out(3 * kSwapAlignment), in(3 * kSwapAlignment);
+    for (int64_t i = 0; i < out.bytes(); ++i) out.data()[i] = static_cast<char>(i * 7);
+    AsyncIo::wait(file.write(out.data(), out.bytes(), 0));
+    file.seal();
+    file.check_unchanged();
+    AsyncIo::wait(file.read(in.data(), in.bytes(), 0));
+    EXPECT_EQ(std::memcmp(in.data(), out.data(), static_cast<size_t>(in.bytes())), 0);
+  }
+  EXPECT_FALSE(fs::exists(dir + "/small.swp"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace zero::test
