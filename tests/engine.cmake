@@ -1,6 +1,15 @@
-add_library(zero_engine_harness STATIC engine_harness.cpp)
+# The harness is compiled once (it uses the public API only) and linked twice: against the
+# shared library for most tests, against the static one for white-box tests (test_offload).
+add_library(zero_engine_harness_objects OBJECT engine_harness.cpp)
+target_link_libraries(zero_engine_harness_objects PRIVATE zero_test_main)
+target_compile_options(zero_engine_harness_objects PRIVATE ${ZERO_WARNINGS})
+if(ZERO_PRECOMPILED_HEADERS)
+  target_precompile_headers(zero_engine_harness_objects REUSE_FROM zero_test_main)
+endif()
+add_library(zero_engine_harness STATIC $<TARGET_OBJECTS:zero_engine_harness_objects>)
 target_link_libraries(zero_engine_harness PUBLIC zero_test_main)
-target_compile_options(zero_engine_harness PRIVATE ${ZERO_WARNINGS})
+add_library(zero_engine_harness_internal STATIC $<TARGET_OBJECTS:zero_engine_harness_objects>)
+target_link_libraries(zero_engine_harness_internal PUBLIC zero_test_main_internal)
 zero_add_test(NAME test_engine_equivalence SOURCES test_engine_equivalence.cpp
               LIBS zero_engine_harness RANKS 1 2 3 4 TIMEOUT 900)
 zero_add_test(NAME test_engine SOURCES test_engine.cpp LIBS zero_engine_harness RANKS 1 2 3
@@ -24,9 +33,6 @@ zero_add_test(NAME test_gather_schedule SOURCES test_gather_schedule.cpp INTERNA
 # The flat-group layer and the stage policies (src/engine/flat_group.h, stage_policy.h).
 zero_add_test(NAME test_flat_group SOURCES test_flat_group.cpp INTERNAL TIMEOUT 60)
 # NVMe offload: swap files, the pipelined optimizer step, swap directories (src/offload/).
-# White-box (it makes swap files directly), so with the harness built on the static library.
-add_library(zero_engine_harness_internal STATIC engine_harness.cpp)
-target_link_libraries(zero_engine_harness_internal PUBLIC zero_test_main_internal)
-target_compile_options(zero_engine_harness_internal PRIVATE ${ZERO_WARNINGS})
+# White-box (it makes swap files directly), so with the harness on the static library.
 zero_add_test(NAME test_offload SOURCES test_offload.cpp LIBS zero_engine_harness_internal
               INTERNAL RANKS 1 2 3 TIMEOUT 600)

@@ -18,6 +18,7 @@
 #include "offload/swap_file.h"
 #include "test_util.h"
 #include "zero/error.h"
+#include "zero/memory.h"
 
 namespace zero::test {
 namespace {
@@ -287,6 +288,48 @@ TEST(NvmeOffload, SwapFileThatDoesNotFitIsAnErrorAtCreation) {
   }
   EXPECT_FALSE(fs::exists(dir + "/small.swp"));
   fs::remove_all(dir);
+}
+
+// The start-up estimate (zero::check_state_fits): the ZeRO formulas per category, with the
+// offloaded ones on NVMe; a model that cannot fit this machine's memory is refused on every rank
+// with the bytes needed and available, and the same model fits with its optimizer state on NVMe.
+TEST(NvmeOffload, StartUpEstimateRefusesWhatDoesNotFit) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-estimate");
+  const int n = comm->size();
+  auto config_for = [&](const std::string& zero_json) {
+    RunOptions options;
+    options.stage = 3;
+    options.extra_zero_json = zero_json;
+    return parse_config(make_config_json(options), n, "estimate.json");
+  };
+  const Config in_memory = config_for("\"sub_group_size\": 1000000");
+  const Config offloaded = config_for(nvme_optimizer_json(dir, 1000000));
+  // fp32 stage 3: 4 + 4 + 8 bytes per parameter over n ranks; offloaded, the 8 of Adam's
+  // moments go to NVMe (records of 2 x 4 MB) and 4 staging records stay in memory.
+  const int64_t psi = int64_t{3} << 30;
+  const int64_t shard = (psi + n - 1) / n;
+  const StateEstimate plain = estimate_state(in_memory, psi);
+  EXPECT_EQ(plain.in_memory, 16 * shard);
+  EXPECT_EQ(plain.on_nvme, 0);
+  const StateEstimate nvme = estimate_state(offloaded, psi);
+  const int64_t record = 2 * align_up(1000000 * 4);
+  EXPECT_EQ(nvme.on_nvme, (shard + 999999) / 1000000 * record);
+  EXPECT_EQ(nvme.staging, 4 * record);
+  EXPECT_EQ(nvme.in_memory, 8 * shard + 4 * record);
+  // A model whose state needs 16 TB: refused on every rank, naming the bytes.
+  try {
+    check_state_fits(in_memory, int64_t{1} << 40, *comm);
+    ADD_FAILURE() << "a 16 TB model state was accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("estimate.json: model state per rank"), std::string::npos) << message;
+    EXPECT_NE(message.find("is available (MemAvailable)"), std::string::npos) << message;
+    EXPECT_NE(message.find("offload_optimizer.device \"nvme\""), std::string::npos) << message;
+  }
+  // A small one fits either way, and the account says where it lives.
+  EXPECT_NE(check_state_fits(offloaded, 1000000, *comm).find("on NVMe"), std::string::npos);
+  EXPECT_EQ(check_state_fits(in_memory, 1000000, *comm).find("on NVMe"), std::string::npos);
 }
 
 }  // namespace

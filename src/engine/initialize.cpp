@@ -6,6 +6,7 @@
 
 #include "engine/engine_core.h"
 #include "zero/engine.h"
+#include "zero/memory.h"
 
 namespace zero {
 namespace {
@@ -37,6 +38,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
       config.zero_optimization.stage == 3
           ? make_stage3_engine(std::move(model), config, std::move(communicator))
           : make_flat_engine(std::move(model), config, std::move(communicator));
+  release_freed_host_memory();  // what partitioning freed (zero/memory.h says why)
   if (report) {
     for (const std::string& notice : {compute_dtype_notice(config), offload_notice(config)}) {
       if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());

@@ -11,6 +11,7 @@
 #include "engine/param_storage.h"
 #include "engine/unit_grouping.h"
 #include "engine/unit_registry.h"
+#include "zero/memory.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -83,6 +84,7 @@ void partition_declared_unit(torch::nn::Module& module) {
   unit->group = partition_parameters(params, unit->dtype, unit->compute_dtype, *state->comm,
                                      /*keep_whole=*/false, module.name());
   store_prepartitioned(module, std::move(unit));
+  release_freed_host_memory();  // the unit's full copy (zero/memory.h says why)
 }
 
 }  // namespace zero

@@ -115,4 +115,6 @@ void keep_freed_host_memory() {
   mallopt(M_TOP_PAD, 256 << 20);
 }
 
+void release_freed_host_memory() { malloc_trim(0); }
+
 }  // namespace zero

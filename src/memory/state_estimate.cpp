@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/capture_error.h"
+#include "common/host.h"
 #include "state/state_store.h"
 #include "zero/error.h"
 #include "zero/memory.h"
@@ -32,12 +33,6 @@ int64_t memory_available() {
     if (key == "MemAvailable:") return kib * 1024;
   }
   return -1;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
 }
 
 }  // namespace
@@ -103,13 +98,16 @@ std::string check_state_fits(const Config& config, int64_t num_parameters, Commu
     const auto& [ranks, available] = hosts.at(here);
     const int64_t needed = ranks * e.in_memory;
     if (available >= 0) {
+      std::string remedies = nvme ? "lower zero_optimization.sub_group_size or "
+                                    "offload_optimizer.buffer_count, "
+                                  : "offload the optimizer state to NVMe "
+                                    "(zero_optimization.offload_optimizer.device \"nvme\"), ";
+      if (config.zero_optimization.stage < 3) remedies += "use a higher stage, ";
       ZERO_CHECK(needed <= available, config.source, ": ", account, "; the ", ranks,
-                 " rank(s) on ", here, " need ", gib(needed), " of memory for it, but ",
-                 gib(available), " is available (MemAvailable); ",
-                 nvme ? "lower zero_optimization.sub_group_size or offload_optimizer.buffer_count, "
-                      : "offload the optimizer state to NVMe "
-                        "(zero_optimization.offload_optimizer.device \"nvme\"), ",
-                 "use a higher stage, or more ranks on more machines");
+                 " rank(s) on ", here, " need ", gib(needed),
+                 " of memory for it (activations and gathered parameters come on top), but ",
+                 gib(available), " is available (MemAvailable); ", remedies,
+                 "or spread the ranks over more machines");
     }
     if (nvme) {
       ZERO_CHECK(have_space, config.source, ": cannot read the free space under "

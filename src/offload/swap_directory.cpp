@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/capture_error.h"
+#include "common/host.h"
 #include "zero/comm.h"
 #include "zero/error.h"
 #include "zero/files.h"
@@ -21,12 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kOwnerFile = "owner";
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
-}
 
 // Field 22 of /proc/<pid>/stat: the start time in clock ticks since boot; "" when the process
 // does not exist.
