@@ -145,8 +145,10 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
       // Offloaded saves load offloaded and in memory; in-memory saves load offloaded.
       for (const auto* loader : {&offloaded, &in_memory}) {
         if (saver == &in_memory && loader == &in_memory) continue;  // ResumeIsBitExact...
-        SCOPED_TRACE(std::string("saved ") + (saver == &offloaded ? "offloaded" : "in memory") +
-                     ", loaded " + (loader == &offloaded ? "offloaded" : "in memory"));
+        const char* saved_as = saver == &offloaded ? "saved offloaded" : "saved in memory";
+        const char* loaded_as = loader == &offloaded ? "loaded offloaded" : "loaded in memory";
+        SCOPED_TRACE(saved_as);
+        SCOPED_TRACE(loaded_as);
         Trainer resumed = make_trainer(spec, *loader);
         resumed.engine->load_checkpoint(dir, "mid");
         const std::vector<double> rest = train(resumed, spec, *loader, 3, 6);

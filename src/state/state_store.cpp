@@ -103,7 +103,7 @@ class SwapStore final : public StateStore {
       }
       finish_writes();
     } catch (...) {
-      drain();  // no transfer may outlive the buffers it uses
+      drain(reads);  // no transfer may outlive the buffers it uses
       throw;
     }
   }
@@ -182,13 +182,17 @@ class SwapStore final : public StateStore {
     file_.seal();
   }
 
-  void drain() {
-    for (AsyncIo::Ticket& w : writes_) {
-      try {
-        AsyncIo::wait(w);
-      } catch (...) {  // the first error is the one being thrown
+  // Waits for every read and write in flight, ignoring their errors (the first error is the
+  // one being thrown).
+  void drain(std::vector<AsyncIo::Ticket>& reads) {
+    for (std::vector<AsyncIo::Ticket>* tickets : {&reads, &writes_}) {
+      for (AsyncIo::Ticket& t : *tickets) {
+        try {
+          AsyncIo::wait(t);
+        } catch (...) {
+        }
+        t.reset();
       }
-      w.reset();
     }
   }
 
