@@ -275,18 +275,36 @@ TEST(NvmeOffload, SwapFileThatDoesNotFitIsAnErrorAtCreation) {
   EXPECT_NE(message.find("cannot reserve 67108864 bytes for swap file '" + dir + "/big.swp'"),
             std::string::npos) << message;
   EXPECT_FALSE(fs::exists(dir + "/big.swp"));
-  // And one that fits round-trips its bytes.
-  {
-    SwapFile file(dir + "/small.swp", 3 * kSwapAlignment, io);
-    AlignedBuffer out(3 * kSwapAlignment), in(3 * kSwapAlignment);
-    for (int64_t i = 0; i < out.bytes(); ++i) out.data()[i] = static_cast<char>(i * 7);
-    AsyncIo::wait(file.write(out.data(), out.bytes(), 0));
-    file.seal();
-    file.check_unchanged();
-    AsyncIo::wait(file.read(in.data(), in.bytes(), 0));
-    EXPECT_EQ(std::memcmp(in.data(), out.data(), static_cast<size_t>(in.bytes())), 0);
+  // One that fits round-trips its bytes, through io_uring and through the blocking fallback
+  // (Note [Asynchronous file I/O]); a read past a truncation is an error naming the file.
+  AioConfig small_blocks;
+  small_blocks.block_size = kSwapAlignment;
+  for (AsyncIo::Engine engine : {AsyncIo::Engine::kAuto, AsyncIo::Engine::kBlocking}) {
+    AsyncIo engine_io(small_blocks, engine);
+    if (engine == AsyncIo::Engine::kBlocking) EXPECT_FALSE(engine_io.uses_io_uring());
+    const std::string path = dir + "/small.swp";
+    {
+      SwapFile file(path, 3 * kSwapAlignment, engine_io);
+      AlignedBuffer out(3 * kSwapAlignment), in(3 * kSwapAlignment);
+      for (int64_t i = 0; i < out.bytes(); ++i) out.data()[i] = static_cast<char>(i * 7);
+      AsyncIo::wait(file.write(out.data(), out.bytes(), 0));
+      file.seal();
+      file.check_unchanged();
+      AsyncIo::wait(file.read(in.data(), in.bytes(), 0));
+      EXPECT_EQ(std::memcmp(in.data(), out.data(), static_cast<size_t>(in.bytes())), 0);
+      fs::resize_file(path, kSwapAlignment);
+      std::string error;
+      try {
+        AsyncIo::wait(file.read(in.data(), in.bytes(), 0));
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      EXPECT_NE(error.find("reading 12288 bytes at offset 0 of '" + path + "'"),
+                std::string::npos) << error;
+      EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+    }
+    EXPECT_FALSE(fs::exists(path));
   }
-  EXPECT_FALSE(fs::exists(dir + "/small.swp"));
   fs::remove_all(dir);
 }
 

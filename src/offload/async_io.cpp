@@ -2,8 +2,11 @@
 
 #include <liburing.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -41,21 +44,35 @@ std::string describe(const AsyncIo::Transfer& t) {
 
 }  // namespace
 
-AsyncIo::AsyncIo(const AioConfig& config) : config_(config) {
+AsyncIo::AsyncIo(const AioConfig& config, Engine engine) : config_(config) {
   ZERO_INTERNAL_ASSERT(config_.queue_depth >= 1 && config_.intra_op_parallelism >= 1 &&
                            config_.block_size >= 4096,
                        "aio config not validated");
-  for (int64_t i = 0; i < config_.intra_op_parallelism; ++i) {
+  for (int64_t i = 0; engine == Engine::kAuto && i < config_.intra_op_parallelism; ++i) {
     auto ring = std::make_unique<Ring>();
     const int rc = io_uring_queue_init(static_cast<unsigned>(config_.queue_depth), &ring->ring, 0);
-    ZERO_CHECK(rc == 0, "cannot set up Linux io_uring for NVMe offload (aio.queue_depth = ",
-               config_.queue_depth, "): ", std::strerror(-rc),
-               "; a kernel without io_uring, or a container policy that forbids it, cannot ",
-               "offload to NVMe");
+    if (rc != 0) {
+      rings_.clear();
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        std::fprintf(stderr,
+                     "zero: Linux io_uring is not available here (%s); swap files are read and "
+                     "written with blocking calls on %lld I/O thread(s) "
+                     "(aio.intra_op_parallelism)\n",
+                     std::strerror(-rc), static_cast<long long>(config_.intra_op_parallelism));
+      });
+      break;
+    }
     ring->initialized = true;
     rings_.push_back(std::move(ring));
   }
-  for (size_t i = 0; i < rings_.size(); ++i) threads_.emplace_back([this, i] { run(static_cast<int>(i)); });
+  for (int64_t i = 0; i < config_.intra_op_parallelism; ++i) {
+    if (rings_.empty()) {
+      threads_.emplace_back([this] { run_blocking(); });
+    } else {
+      threads_.emplace_back([this, i] { run(static_cast<int>(i)); });
+    }
+  }
 }
 
 AsyncIo::~AsyncIo() {
@@ -111,6 +128,47 @@ bool AsyncIo::done(const Ticket& ticket) {
   if (!ticket) return true;
   std::lock_guard<std::mutex> lock(ticket->mutex);
   return ticket->pending == 0;
+}
+
+// One I/O thread without io_uring: one blocking request at a time, resumed after a short
+// transfer (Note [Asynchronous file I/O]).
+void AsyncIo::run_blocking() {
+  while (true) {
+    Request request;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      has_work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing is left
+      request = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::string error;
+    while (request.bytes > 0 && error.empty()) {
+      const ssize_t done =
+          request.transfer->is_write
+              ? ::pwrite(request.fd, request.data, static_cast<size_t>(request.bytes),
+                         static_cast<off_t>(request.offset))
+              : ::pread(request.fd, request.data, static_cast<size_t>(request.bytes),
+                        static_cast<off_t>(request.offset));
+      if (done < 0) {
+        if (errno == EINTR) continue;
+        error = std::strerror(errno);
+      } else if (done == 0) {
+        error = std::string(request.transfer->is_write ? "the device accepted no bytes"
+                                                       : "the file ends") +
+                " at offset " + std::to_string(request.offset) +
+                (request.transfer->is_write ? "" : " (it was truncated under the run)");
+      } else {
+        request.data += done;
+        request.bytes -= done;
+        request.offset += done;
+      }
+    }
+    Transfer& t = *request.transfer;
+    std::lock_guard<std::mutex> lock(t.mutex);
+    if (!error.empty() && t.error.empty()) t.error = describe(t) + ": " + error;
+    if (--t.pending == 0) t.finished.notify_all();
+  }
 }
 
 // One I/O thread: keeps up to queue_depth requests of the shared queue in flight on its ring

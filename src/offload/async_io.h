@@ -31,6 +31,11 @@ namespace zero {
 //
 // liburing, not libaio (DeepSpeed's choice): it is Debian's well-kept interface to the kernel's
 // current asynchronous I/O, works with and without O_DIRECT, and needs no per-request syscall.
+// Where io_uring cannot be set up (kernels without it; container seccomp profiles, Docker's
+// among them, forbid it), the same threads do blocking pread/pwrite instead, one request at a
+// time each, and zero says so once: still asynchronous to the caller, with
+// aio.intra_op_parallelism requests in flight; queue_depth, single_submit and overlap_events
+// then have no effect.
 
 class AsyncIo {
  public:
@@ -38,9 +43,12 @@ class AsyncIo {
   /// A submitted transfer; wait on it with wait().
   using Ticket = std::shared_ptr<Transfer>;
 
-  /// Starts the I/O threads. Throws zero::Error when io_uring cannot be set up (a kernel
-  /// without it, or a seccomp policy that forbids it), naming the aio keys.
-  explicit AsyncIo(const AioConfig& config);
+  /// How requests reach the kernel: io_uring where it can be set up, else blocking calls on
+  /// the I/O threads (kAuto); kBlocking forces the latter (tests).
+  enum class Engine { kAuto, kBlocking };
+
+  /// Starts the I/O threads.
+  explicit AsyncIo(const AioConfig& config, Engine engine = Engine::kAuto);
   /// Waits for what is in flight, then stops the threads. Never throws.
   ~AsyncIo();
   AsyncIo(const AsyncIo&) = delete;
@@ -60,6 +68,8 @@ class AsyncIo {
   static bool done(const Ticket& ticket);
 
   const AioConfig& config() const { return config_; }
+  /// Whether requests go through io_uring (false: blocking calls on the I/O threads).
+  bool uses_io_uring() const { return !rings_.empty(); }
 
  private:
   struct Request {
@@ -73,6 +83,7 @@ class AsyncIo {
   Ticket submit(int fd, char* buffer, int64_t bytes, int64_t offset, const std::string& path,
                 bool is_write);
   void run(int thread_index);
+  void run_blocking();
 
   AioConfig config_;
   std::mutex mutex_;
