@@ -42,7 +42,22 @@ std::string describe(const AsyncIo::Transfer& t) {
   return text.str();
 }
 
+// What a transfer that returned no bytes means.
+std::string nothing_transferred(bool is_write, int64_t offset) {
+  return std::string(is_write ? "the device accepted no bytes" : "the file ends") +
+         " at offset " + std::to_string(offset) +
+         (is_write ? "" : " (it was truncated under the run)");
+}
+
 }  // namespace
+
+// One request of `r`'s transfer finished, with `error` ("" when it succeeded).
+void AsyncIo::complete(const Request& r, const std::string& error) {
+  Transfer& t = *r.transfer;
+  std::lock_guard<std::mutex> lock(t.mutex);
+  if (!error.empty() && t.error.empty()) t.error = describe(t) + ": " + error;
+  if (--t.pending == 0) t.finished.notify_all();
+}
 
 AsyncIo::AsyncIo(const AioConfig& config, Engine engine) : config_(config) {
   ZERO_INTERNAL_ASSERT(config_.queue_depth >= 1 && config_.intra_op_parallelism >= 1 &&
@@ -154,20 +169,14 @@ void AsyncIo::run_blocking() {
         if (errno == EINTR) continue;
         error = std::strerror(errno);
       } else if (done == 0) {
-        error = std::string(request.transfer->is_write ? "the device accepted no bytes"
-                                                       : "the file ends") +
-                " at offset " + std::to_string(request.offset) +
-                (request.transfer->is_write ? "" : " (it was truncated under the run)");
+        error = nothing_transferred(request.transfer->is_write, request.offset);
       } else {
         request.data += done;
         request.bytes -= done;
         request.offset += done;
       }
     }
-    Transfer& t = *request.transfer;
-    std::lock_guard<std::mutex> lock(t.mutex);
-    if (!error.empty() && t.error.empty()) t.error = describe(t) + ": " + error;
-    if (--t.pending == 0) t.finished.notify_all();
+    complete(request, error);
   }
 }
 
@@ -178,12 +187,6 @@ void AsyncIo::run(int thread_index) {
   const int64_t depth = config_.queue_depth;
   std::deque<Request> retry;  // remainders of short transfers, before new work
   int64_t in_flight = 0;
-  auto finish = [](Request& r, const std::string& error) {
-    Transfer& t = *r.transfer;
-    std::lock_guard<std::mutex> lock(t.mutex);
-    if (!error.empty() && t.error.empty()) t.error = describe(t) + ": " + error;
-    if (--t.pending == 0) t.finished.notify_all();
-  };
   while (true) {
     // 1. Fill the ring.
     int64_t prepared = 0;
@@ -232,20 +235,15 @@ void AsyncIo::run(int thread_index) {
       io_uring_cqe_seen(ring, cqe);
       ++reaped;
       if (result < 0) {
-        finish(*request, std::strerror(-result));
+        complete(*request, std::strerror(-result));
       } else if (result == 0 && request->bytes > 0) {
-        std::ostringstream text;
-        text << (request->transfer->is_write ? "the device accepted no bytes"
-                                             : "the file ends")
-             << " at offset " << request->offset
-             << (request->transfer->is_write ? "" : " (it was truncated under the run)");
-        finish(*request, text.str());
+        complete(*request, nothing_transferred(request->transfer->is_write, request->offset));
       } else if (result < request->bytes) {
         // A short transfer: the rest goes first in the next round.
         retry.push_back(Request{request->transfer, request->fd, request->data + result,
                                 request->bytes - result, request->offset + result});
       } else {
-        finish(*request, "");
+        complete(*request, "");
       }
     }
     in_flight -= reaped;

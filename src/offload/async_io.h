@@ -82,6 +82,7 @@ class AsyncIo {
 
   Ticket submit(int fd, char* buffer, int64_t bytes, int64_t offset, const std::string& path,
                 bool is_write);
+  static void complete(const Request& request, const std::string& error);
   void run(int thread_index);
   void run_blocking();
 

@@ -26,13 +26,12 @@ class MemoryStore final : public StateStore {
     }
   }
 
-  void for_each_tile(const TileVisitor& visit, bool write_back) override {
+  void for_each_tile(const TileVisitor& visit, bool /*write_back*/) override {
     std::vector<at::Tensor> views(tensors_.size());
     for (int64_t begin = 0; begin < numel_; begin += tile_numel_) {
       const int64_t end = std::min(numel_, begin + tile_numel_);
       for (size_t p = 0; p < tensors_.size(); ++p) {
         views[p] = tensors_[p].narrow(0, begin, end - begin);
-        if (!write_back) views[p] = views[p].clone();
       }
       visit(begin, end, views);
     }
@@ -109,9 +108,8 @@ class SwapStore final : public StateStore {
   }
 
   void read(int part, int64_t offset, const at::Tensor& out) override {
-    visit_range(offset, out.numel(), [&](int64_t tile, int64_t from, int64_t length, int64_t at) {
+    visit_range(offset, out.numel(), [&](int64_t, int64_t from, int64_t length, int64_t at) {
       out.narrow(0, at, length).copy_(view(part, length + from).narrow(0, from, length));
-      (void)tile;
     });
   }
 

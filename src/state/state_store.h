@@ -32,7 +32,7 @@ class StateStore {
   int64_t tile_numel() const { return tile_numel_; }
 
   /// Visits every tile in order. With `write_back`, what the visitor writes into the views is
-  /// kept; without, the views are read-only copies.
+  /// kept; without, the visitor only reads them (and a swap store writes nothing back).
   virtual void for_each_tile(const TileVisitor& visit, bool write_back) = 0;
   /// Copies elements [offset, offset + out.numel()) of `part` into `out` (fp32, contiguous).
   virtual void read(int part, int64_t offset, const at::Tensor& out) = 0;
