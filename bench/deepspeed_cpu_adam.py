@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Speed of DeepSpeed's own CPU Adam(W) (DeepSpeedCPUAdam, the cpu_adam C++ op) on fp32 tensors.
+"""Speed of DeepSpeed's own CPU Adam(W) (DeepSpeedCPUAdam, the cpu_adam C++ op) on CPU tensors.
 
     bench/deepspeed_cpu_adam.py [--numel 100000000] [--steps 5] [--warmup 1]
                                 [--threads N (default: all CPUs)] [--adamw | --adam]
+                                [--dtype fp32|bf16]
 
-One flat fp32 parameter of --numel elements with an fp32 gradient (seeded randn * 0.01), stepped
---warmup times untimed (the first step also allocates exp_avg/exp_avg_sq) and --steps times timed.
+One flat parameter of --numel elements with a gradient of the same dtype (seeded randn * 0.01),
+stepped --warmup times untimed (the first step also allocates exp_avg/exp_avg_sq) and --steps
+times timed. --dtype bf16: a bf16 parameter and gradient, fp32 moments (DeepSpeed's
+fp32_optimizer_states default); DeepSpeed keeps no fp32 master copy then, so it moves 22 bytes
+per element where zero's bf16 step (fp32 master, bf16 gradient and copy) moves 30.
 Prints the deepspeed version and one line
     deepspeed_cpu_adam elements_per_s=... numel=... steps=... threads=... seconds_per_step=... simd=...
 which docs/benchmarks.md sets beside zero's own CPU optimizer step on the same machine.
@@ -29,6 +33,7 @@ parser.add_argument("--threads", type=int, default=os.cpu_count())
 mode = parser.add_mutually_exclusive_group()
 mode.add_argument("--adamw", dest="adamw", action="store_true", default=True)
 mode.add_argument("--adam", dest="adamw", action="store_false")
+parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
 args = parser.parse_args()
 if args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.numel < 1:
     parser.error("--numel, --steps and --threads must be >= 1, --warmup >= 0")
@@ -64,8 +69,9 @@ built = so != "?" and os.path.getmtime(so) >= time.time() - load_s - 1
 print(f"cpu_adam_op {'built' if built else 'loaded'}_in_s={load_s:.1f} path={so}")
 
 torch.manual_seed(0)
-param = torch.nn.Parameter(torch.randn(args.numel, dtype=torch.float32) * 0.01)
-param.grad = torch.randn(args.numel, dtype=torch.float32) * 0.01
+dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
+param = torch.nn.Parameter((torch.randn(args.numel, dtype=torch.float32) * 0.01).to(dtype))
+param.grad = (torch.randn(args.numel, dtype=torch.float32) * 0.01).to(dtype)
 opt = DeepSpeedCPUAdam([param], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                        adamw_mode=args.adamw)
 for _ in range(args.warmup):
@@ -77,4 +83,4 @@ per_step = (time.perf_counter() - start) / args.steps
 
 print(f"deepspeed_cpu_adam elements_per_s={args.numel / per_step:.4g} numel={args.numel} "
       f"steps={args.steps} threads={args.threads} seconds_per_step={per_step:.4f} simd={simd} "
-      f"mode={'adamw' if args.adamw else 'adam'}")
+      f"mode={'adamw' if args.adamw else 'adam'} dtype={args.dtype}")

@@ -11,18 +11,19 @@
 #include "offload/swap_directory.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
 #include "common/capture_error.h"
+#include "common/parallel.h"
 #include "engine/fingerprint.h"
 #include "zero/error.h"
 
@@ -48,18 +49,20 @@ double sum_of_squares(const at::Tensor& tensor) {
   const int64_t n = tensor.numel();
   if (n == 0) return 0.0;
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
-  std::vector<double> partial(blocks, 0.0);
+  // One partial sum per fixed block, added in block order: the same bits for any thread count.
+  const at::Tensor partial = at::zeros({blocks}, at::kDouble);
+  double* sums = partial.data_ptr<double>();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kBFloat16, at::kHalf, tensor.scalar_type(), "sum_of_squares", [&] {
         const scalar_t* data = tensor.data_ptr<scalar_t>();
-        at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+        parallel_ranges(partial, 1, [&](int64_t first, int64_t last) {
           for (int64_t b = first; b < last; ++b) {
-            partial[b] = block_sum_of_squares(data, b * kNormBlock, std::min(n, (b + 1) * kNormBlock));
+            sums[b] = block_sum_of_squares(data, b * kNormBlock, std::min(n, (b + 1) * kNormBlock));
           }
         });
       });
   double total = 0.0;
-  for (double p : partial) total += p;
+  for (int64_t b = 0; b < blocks; ++b) total += sums[b];
   return total;
 }
 

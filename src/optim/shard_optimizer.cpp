@@ -1,12 +1,20 @@
 #include "optim/shard_optimizer.h"
 
-#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#include <cmath>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/parallel.h"
 #include "common/simd_level.h"
+#include "optim/adam_kernels.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -15,22 +23,13 @@ namespace {
 // Elements per parallel task: large enough to amortize scheduling, small enough to balance.
 constexpr int64_t kGrainSize = 32768;
 
-// Scalars of one update, folded once per step (torch computes these in double and applies
-// them as float, which is what we do too).
-struct AdamScalars {
-  float grad_multiplier;
-  float decay_factor;      // AdamW: 1 - lr * wd
-  float l2;                // Adam: wd added to the gradient
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float bias_correction2_sqrt;
-  float eps;
-  float step_size;         // lr / bias_correction1
-};
-
-// The loops are written once, force-inlined into per-ISA wrappers (adam_loop_* below) so the
-// compiler vectorizes each for its instruction set; the ISA is picked once per process. Results
-// are identical across ISAs because this file is compiled with -ffp-contract=off (see
-// CMakeLists.txt): no path fuses a multiply-add the others do not, and sqrt/div are exact.
+// The scalar loops are written once, force-inlined into per-ISA wrappers (*_loop_* below) so
+// the compiler vectorizes each for its instruction set; the ISA is picked once per process.
+// Adam's AVX2 and AVX-512 levels use the hand-vectorized loop of adam_kernels_simd.h instead
+// (auto-vectorized, it ran at one core's memory bandwidth less 10 %), with this scalar loop for
+// the tail; the scalar level is the reference. Results are identical across ISAs because this
+// file is compiled with -ffp-contract=off (see CMakeLists.txt): no path fuses a multiply-add
+// the others do not, and sqrt/div are exact.
 template <typename Grad, typename Param>
 [[gnu::always_inline]] inline void adam_kernel(float* master, const Grad* grad, Param* param_out, float* m, float* v,
                  int64_t begin, int64_t end, const AdamScalars& s) {
@@ -72,13 +71,14 @@ template <typename Grad, typename Param>
   }
 }
 
+// The scalar level of Adam: the reference, and the tail of the vector loops.
+template <typename Grad, typename Param>
+void adam_loop_baseline(float* master, const Grad* grad, Param* out, float* m, float* v,
+                        int64_t begin, int64_t end, const AdamScalars& s) {
+  adam_kernel(master, grad, out, m, v, begin, end, s);
+}
+
 #define ZERO_DEFINE_LOOPS(SUFFIX, ATTRIBUTE)                                                   \
-  template <typename Grad, typename Param>                                                     \
-  ATTRIBUTE void adam_loop_##SUFFIX(float* master, const Grad* grad, Param* out, float* m,     \
-                                    float* v, int64_t begin, int64_t end,                      \
-                                    const AdamScalars& s) {                                    \
-    adam_kernel(master, grad, out, m, v, begin, end, s);                                       \
-  }                                                                                            \
   template <typename Grad, typename Param>                                                     \
   ATTRIBUTE void sgd_loop_##SUFFIX(float* master, const Grad* grad, Param* out, float* buf,    \
                                    int64_t begin, int64_t end, const SgdScalars& s) {          \
@@ -89,12 +89,152 @@ ZERO_DEFINE_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
 ZERO_DEFINE_LOOPS(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))))
 #undef ZERO_DEFINE_LOOPS
 
+#if defined(__x86_64__)
+#define ZERO_AVX2_TARGET __attribute__((target("avx2,f16c")))
+#define ZERO_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
+
+// The rare lanes of a 16-bit parameter copy whose value is NaN, rewritten by c10's own
+// conversion (F16C keeps a NaN's payload, c10::Half need not; c10::BFloat16 makes it 0x7FC0).
+template <typename Param, int64_t kLanes>
+[[gnu::noinline]] void fix_nan_lanes(Param* out, const float* values, unsigned mask) {
+  for (int64_t k = 0; k < kLanes; ++k) {
+    if (mask & (1u << k)) out[k] = static_cast<Param>(values[k]);
+  }
+}
+
+namespace avx512 {
+#define ZERO_SIMD_INLINE [[gnu::always_inline]] ZERO_AVX512_TARGET static inline
+struct Ops {
+  static constexpr int64_t kLanes = 16;
+  using F = __m512;
+  // All lanes. The masked forms of some intrinsics below compile to the same unmasked
+  // instructions; they avoid GCC 12's false -Wmaybe-uninitialized in the unmasked ones
+  // (their _mm512_undefined_* source operand, GCC bug 105593).
+  static constexpr __mmask16 kAll = 0xFFFF;
+  ZERO_SIMD_INLINE F set1(float x) { return _mm512_set1_ps(x); }
+  ZERO_SIMD_INLINE F load(const float* p) { return _mm512_loadu_ps(p); }
+  ZERO_SIMD_INLINE void store(float* p, F x) { _mm512_storeu_ps(p, x); }
+  ZERO_SIMD_INLINE F add(F a, F b) { return _mm512_add_ps(a, b); }
+  ZERO_SIMD_INLINE F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  ZERO_SIMD_INLINE F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  ZERO_SIMD_INLINE F div(F a, F b) { return _mm512_div_ps(a, b); }
+  ZERO_SIMD_INLINE F sqrt(F a) { return _mm512_mask_sqrt_ps(a, kAll, a); }
+  ZERO_SIMD_INLINE F load_grad(const float* p) { return _mm512_loadu_ps(p); }
+  // bf16 -> fp32 is exact: the 16 bits become the high half.
+  ZERO_SIMD_INLINE F load_grad(const c10::BFloat16* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16));
+  }
+  ZERO_SIMD_INLINE F load_grad(const c10::Half* p) {
+    return _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  // c10::BFloat16's rounding: round to nearest even on the bits, every NaN -> 0x7FC0.
+  ZERO_SIMD_INLINE void store_param(c10::BFloat16* p, F x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, u, 16), _mm512_set1_epi32(1));
+    const __m512i bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));
+    __m512i r = _mm512_maskz_srli_epi32(kAll, _mm512_add_epi32(u, bias), 16);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll, r));
+  }
+  // c10::Half's rounding: IEEE round to nearest even, as F16C does; NaN lanes by c10 itself.
+  ZERO_SIMD_INLINE void store_param(c10::Half* p, F x) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_maskz_cvtps_ph(kAll, x, _MM_FROUND_TO_NEAREST_INT));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    if (__builtin_expect(nan != 0, 0)) {
+      alignas(64) float values[kLanes];
+      _mm512_store_ps(values, x);
+      fix_nan_lanes<c10::Half, kLanes>(p, values, nan);
+    }
+  }
+};
+#undef ZERO_SIMD_INLINE
+#define ZERO_SIMD_TARGET ZERO_AVX512_TARGET
+#include "optim/adam_kernels_simd.h"
+#undef ZERO_SIMD_TARGET
+}  // namespace avx512
+
+namespace avx2 {
+#define ZERO_SIMD_INLINE [[gnu::always_inline]] ZERO_AVX2_TARGET static inline
+struct Ops {
+  static constexpr int64_t kLanes = 8;
+  using F = __m256;
+  ZERO_SIMD_INLINE F set1(float x) { return _mm256_set1_ps(x); }
+  ZERO_SIMD_INLINE F load(const float* p) { return _mm256_loadu_ps(p); }
+  ZERO_SIMD_INLINE void store(float* p, F x) { _mm256_storeu_ps(p, x); }
+  ZERO_SIMD_INLINE F add(F a, F b) { return _mm256_add_ps(a, b); }
+  ZERO_SIMD_INLINE F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  ZERO_SIMD_INLINE F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  ZERO_SIMD_INLINE F div(F a, F b) { return _mm256_div_ps(a, b); }
+  ZERO_SIMD_INLINE F sqrt(F a) { return _mm256_sqrt_ps(a); }
+  ZERO_SIMD_INLINE F load_grad(const float* p) { return _mm256_loadu_ps(p); }
+  ZERO_SIMD_INLINE F load_grad(const c10::BFloat16* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  ZERO_SIMD_INLINE F load_grad(const c10::Half* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  ZERO_SIMD_INLINE void store_param(c10::BFloat16* p, F x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i bias = _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
+    // Each lane holds at most 0xFFFF, so the unsigned-saturating pack is exact.
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+  ZERO_SIMD_INLINE void store_param(c10::Half* p, F x) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    if (__builtin_expect(nan != 0, 0)) {
+      alignas(32) float values[kLanes];
+      _mm256_store_ps(values, x);
+      fix_nan_lanes<c10::Half, kLanes>(p, values, static_cast<unsigned>(nan));
+    }
+  }
+};
+#undef ZERO_SIMD_INLINE
+#define ZERO_SIMD_TARGET ZERO_AVX2_TARGET
+#include "optim/adam_kernels_simd.h"
+#undef ZERO_SIMD_TARGET
+}  // namespace avx2
+#endif  // defined(__x86_64__)
+
+// Whether the vector loops issue software prefetches (adam_kernels_simd.h): measured faster
+// on Intel, slower on AMD (Zen 4), so only on Intel.
+bool software_prefetch() {
+#if defined(__x86_64__)
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
+
 template <typename Grad, typename Param>
-void adam_loop(float* master, const Grad* grad, Param* out, float* m, float* v, int64_t begin,
-               int64_t end, const AdamScalars& s) {
-  switch (simd_level()) {
-    case SimdLevel::kAvx512: return adam_loop_avx512(master, grad, out, m, v, begin, end, s);
-    case SimdLevel::kAvx2: return adam_loop_avx2(master, grad, out, m, v, begin, end, s);
+void adam_loop(SimdLevel level, float* master, const Grad* grad, Param* out, float* m, float* v,
+               int64_t begin, int64_t end, const AdamScalars& s) {
+  switch (level) {
+#if defined(__x86_64__)
+    case SimdLevel::kAvx512:
+      return software_prefetch()
+                 ? avx512::adam_simd<true>(master, grad, out, m, v, begin, end, s)
+                 : avx512::adam_simd<false>(master, grad, out, m, v, begin, end, s);
+    case SimdLevel::kAvx2:
+      return software_prefetch()
+                 ? avx2::adam_simd<true>(master, grad, out, m, v, begin, end, s)
+                 : avx2::adam_simd<false>(master, grad, out, m, v, begin, end, s);
+#else
+    case SimdLevel::kAvx512:
+    case SimdLevel::kAvx2:
+#endif
     case SimdLevel::kScalar: return adam_loop_baseline(master, grad, out, m, v, begin, end, s);
   }
 }
@@ -172,33 +312,56 @@ void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
     s.use_momentum = config_.momentum != 0.0;
     float* buf = moments.empty() ? nullptr : moments[0].data_ptr<float>();
     dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-      at::parallel_for(0, numel, kGrainSize, [&](int64_t begin, int64_t end) {
+      parallel_ranges(master, kGrainSize, [&](int64_t begin, int64_t end) {
         sgd_loop(master_ptr, g, out, buf, begin, end, s);
       });
     });
     return;
   }
+  adam_update(simd_level(), master, grad, param_out, moments[0], moments[1],
+              adam_scalars(config_, step_count_, grad_multiplier, lr));
+}
 
-  const double t = static_cast<double>(step_count_);
-  const double bias_correction1 = config_.bias_correction ? 1.0 - std::pow(config_.beta1, t) : 1.0;
-  const double bias_correction2 = config_.bias_correction ? 1.0 - std::pow(config_.beta2, t) : 1.0;
-  const bool decoupled = config_.type == OptimizerType::kAdamW;
+AdamScalars adam_scalars(const OptimizerConfig& config, int64_t step, double grad_multiplier,
+                         double lr) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = config.bias_correction ? 1.0 - std::pow(config.beta1, t) : 1.0;
+  const double bias_correction2 = config.bias_correction ? 1.0 - std::pow(config.beta2, t) : 1.0;
+  const bool decoupled = config.type == OptimizerType::kAdamW;
   AdamScalars s{};
   s.grad_multiplier = static_cast<float>(grad_multiplier);
-  s.decay_factor = decoupled ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
-  s.l2 = decoupled ? 0.0f : static_cast<float>(config_.weight_decay);
-  s.beta1 = static_cast<float>(config_.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - config_.beta1);
-  s.beta2 = static_cast<float>(config_.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - config_.beta2);
+  s.decay_factor = decoupled ? static_cast<float>(1.0 - lr * config.weight_decay) : 1.0f;
+  s.l2 = decoupled ? 0.0f : static_cast<float>(config.weight_decay);
+  s.beta1 = static_cast<float>(config.beta1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - config.beta1);
+  s.beta2 = static_cast<float>(config.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(config_.eps);
+  s.eps = static_cast<float>(config.eps);
   s.step_size = static_cast<float>(lr / bias_correction1);
-  float* m = moments[0].data_ptr<float>();
-  float* v = moments[1].data_ptr<float>();
+  return s;
+}
+
+void adam_update(SimdLevel level, const at::Tensor& master, const at::Tensor& grad,
+                 const at::Tensor& param_out, const at::Tensor& exp_avg,
+                 const at::Tensor& exp_avg_sq, const AdamScalars& s) {
+  ZERO_INTERNAL_ASSERT(static_cast<int>(level) <= static_cast<int>(simd_level()),
+                       "SIMD level beyond this CPU's");
+  const int64_t numel = master.numel();
+  for (const at::Tensor* t : {&master, &grad, &exp_avg, &exp_avg_sq, &param_out}) {
+    ZERO_INTERNAL_ASSERT(!t->defined() || (t->is_contiguous() && t->numel() == numel),
+                         "Adam operands must be contiguous with ", numel, " elements");
+  }
+  ZERO_INTERNAL_ASSERT(master.scalar_type() == at::kFloat &&
+                           exp_avg.scalar_type() == at::kFloat &&
+                           exp_avg_sq.scalar_type() == at::kFloat,
+                       "master and moments must be fp32");
+  float* master_ptr = master.data_ptr<float>();
+  float* m = exp_avg.data_ptr<float>();
+  float* v = exp_avg_sq.data_ptr<float>();
   dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-    at::parallel_for(0, numel, kGrainSize, [&](int64_t begin, int64_t end) {
-      adam_loop(master_ptr, g, out, m, v, begin, end, s);
+    parallel_ranges(master, kGrainSize, [&](int64_t begin, int64_t end) {
+      adam_loop(level, master_ptr, g, out, m, v, begin, end, s);
     });
   });
 }

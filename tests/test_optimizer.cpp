@@ -1,0 +1,389 @@
+// The fused Adam(W) loop of ShardOptimizer (src/optim): every SIMD level this CPU has gives the
+// same bits as the scalar reference loop, for every gradient dtype x parameter-copy dtype x
+// Adam/AdamW x weight decay x bias correction, on odd lengths and misaligned starts, with
+// special values (signed zeros, denormals, huge values, infinities, NaNs with payloads; a NaN
+// matches any NaN, see same_bits); the 16-bit copies are c10's conversions; the results agree
+// with torch::optim::AdamW / Adam to rounding (not bitwise: see MatchesTorchOptimToRounding);
+// the parallel split gives the same bits.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/parallel.h"
+#include "common/simd_level.h"
+#include "engine/engine_core.h"
+#include "optim/adam_kernels.h"
+#include "optim/shard_optimizer.h"
+
+namespace zero::test {
+namespace {
+
+const char* level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar: return "scalar";
+    case SimdLevel::kAvx2: return "avx2";
+    case SimdLevel::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+// The levels this CPU can run, the scalar reference first.
+std::vector<SimdLevel> levels() {
+  std::vector<SimdLevel> out;
+  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (static_cast<int>(l) <= static_cast<int>(simd_level())) out.push_back(l);
+  }
+  return out;
+}
+
+// The same bits (signed zeros included), except that a NaN matches any NaN when `any_nan`.
+// Which NaN an operation returns when both operands are NaNs (sign, payload) follows the
+// operand order the compiler picks for a commutative add or multiply, in the scalar loop as
+// in the vector ones, so no C++ loop can promise the same NaN bits; every other value is
+// compared bit for bit. c10::BFloat16 makes every NaN 0x7FC0, so bf16 copies compare exactly.
+::testing::AssertionResult same_bits(const at::Tensor& a, const at::Tensor& b,
+                                     bool any_nan = true) {
+  if (a.scalar_type() != b.scalar_type() || a.numel() != b.numel()) {
+    return ::testing::AssertionFailure() << "different dtype or length";
+  }
+  const at::ScalarType as_int = a.element_size() == 4 ? at::kInt : at::kShort;
+  const at::Tensor x = a.contiguous().view(as_int).to(at::kLong);
+  const at::Tensor y = b.contiguous().view(as_int).to(at::kLong);
+  at::Tensor differ = x != y;
+  if (any_nan) differ = differ & ~(at::isnan(a) & at::isnan(b));
+  const at::Tensor where = at::nonzero(differ);
+  if (where.numel() == 0) return ::testing::AssertionSuccess();
+  const int64_t i = where[0].item<int64_t>();
+  std::ostringstream out;
+  out << where.numel() << " of " << a.numel() << " differ, first at " << i << ": "
+      << a[i].item<float>() << " (0x" << std::hex << (x[i].item<int64_t>() & 0xFFFFFFFF)
+      << ") vs " << std::dec << b[i].item<float>() << " (0x" << std::hex
+      << (y[i].item<int64_t>() & 0xFFFFFFFF) << ")";
+  return ::testing::AssertionFailure() << out.str();
+}
+
+// Largest distance in units in the last place between two finite fp32 tensors.
+int64_t max_ulps(const at::Tensor& a, const at::Tensor& b) {
+  // Map the bits to a monotonic integer line (negative floats mirrored below zero).
+  auto line = [](const at::Tensor& t) {
+    const at::Tensor bits = t.contiguous().view(at::kInt).to(at::kLong);
+    return at::where(bits < 0, -(bits & 0x7FFFFFFF), bits);
+  };
+  return (line(a) - line(b)).abs().max().item<int64_t>();
+}
+
+// A contiguous tensor of `n` elements starting `offset` elements into its storage: a
+// misaligned start for the vector loads.
+at::Tensor sliced(const at::Tensor& values, int64_t offset) {
+  at::Tensor storage = at::zeros({values.numel() + offset}, values.options());
+  at::Tensor t = storage.narrow(0, offset, values.numel());
+  t.copy_(values);
+  return t;
+}
+
+// Special fp32 values, as bits: +-0, denormals, the smallest normal, values whose square
+// underflows or overflows, the largest finite, infinities, quiet and signalling NaNs with
+// payloads and both signs.
+const std::vector<uint32_t> kSpecial32 = {
+    0x00000000, 0x80000000, 0x00000001, 0x807FFFFF, 0x00400000, 0x00800000, 0x1E3CE508,
+    0x5F800000, 0xDF800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000,
+    0xFFC00000, 0x7FC12345, 0x7F800001, 0xFFA00001, 0x3F800000, 0xBF7FFFFF};
+
+struct Inputs {
+  at::Tensor master, grad, m, v;
+};
+
+// Ordinary values with special values in about a fifth of the elements (mostly in one operand
+// at a time); 16-bit gradients also get random bit patterns in a quarter (every class of
+// value, NaN payloads included).
+Inputs make_inputs(int64_t n, at::ScalarType grad_type, uint64_t seed) {
+  at::manual_seed(static_cast<int64_t>(seed));
+  Inputs in;
+  in.master = at::randn({n}) * 0.1;
+  at::Tensor g = at::randn({n}) * 0.01;
+  in.m = at::randn({n}) * 0.001;
+  in.v = at::square(at::randn({n}) * 0.001);
+  float* operands[] = {g.data_ptr<float>(), in.master.data_ptr<float>(), in.m.data_ptr<float>(),
+                       in.v.data_ptr<float>()};
+  const uint64_t specials = kSpecial32.size();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t k = (static_cast<uint64_t>(i) * 7 + seed) % (specials * 5);
+    if (k >= specials) continue;
+    const uint64_t which = (static_cast<uint64_t>(i) + seed) % 5;
+    // 0-3: gradient, master, m, v (negative and NaN v included: sqrt gives NaN); 4: gradient
+    // and master both.
+    std::memcpy(&operands[which % 4][i], &kSpecial32[k], sizeof(float));
+    if (which == 4) std::memcpy(&operands[1][i], &kSpecial32[(k + 3) % specials], sizeof(float));
+  }
+  in.grad = g.to(grad_type);
+  if (grad_type != at::kFloat) {
+    at::Tensor bits = at::randint(0, 65536, {n}, at::kInt).to(at::kShort);
+    at::Tensor raw = in.grad.view(at::kShort);
+    raw.copy_(at::where(at::rand({n}) < 0.25, bits, raw));
+  }
+  return in;
+}
+
+// The master weights rounded by c10's scalar conversions (c10::BFloat16, c10::Half).
+at::Tensor c10_rounded(const at::Tensor& master, at::ScalarType type) {
+  at::Tensor out = at::empty({master.numel()}, type);
+  const float* p = master.data_ptr<float>();
+  for (int64_t i = 0; i < master.numel(); ++i) {
+    if (type == at::kBFloat16) {
+      out.data_ptr<c10::BFloat16>()[i] = c10::BFloat16(p[i]);
+    } else {
+      out.data_ptr<c10::Half>()[i] = c10::Half(p[i]);
+    }
+  }
+  return out;
+}
+
+struct Case {
+  OptimizerType type;
+  double weight_decay;
+  bool bias_correction;
+  at::ScalarType grad_type;
+  std::optional<at::ScalarType> param_type;
+};
+
+std::string describe(const Case& c, int64_t n, int64_t offset) {
+  std::ostringstream out;
+  out << (c.type == OptimizerType::kAdamW ? "AdamW" : "Adam") << " wd=" << c.weight_decay
+      << " bias_correction=" << c.bias_correction << " grad=" << c.grad_type << " param_out="
+      << (c.param_type ? c10::toString(*c.param_type) : "none") << " n=" << n
+      << " offset=" << offset;
+  return out.str();
+}
+
+struct State {
+  at::Tensor master, m, v, param_out;
+};
+
+// `steps` updates of the inputs at `level`, on misaligned copies.
+State run(SimdLevel level, const Case& c, const Inputs& in, int64_t offset, int steps,
+          double grad_multiplier) {
+  OptimizerConfig config;
+  config.type = c.type;
+  config.lr = 1e-3;
+  config.weight_decay = c.weight_decay;
+  config.bias_correction = c.bias_correction;
+  State s{sliced(in.master, offset), sliced(in.m, offset), sliced(in.v, offset), {}};
+  const at::Tensor grad = sliced(in.grad, offset);
+  if (c.param_type) s.param_out = sliced(at::zeros({in.master.numel()}, *c.param_type), offset);
+  for (int step = 1; step <= steps; ++step) {
+    adam_update(level, s.master, grad, s.param_out, s.m, s.v,
+                adam_scalars(config, step, grad_multiplier, config.lr));
+  }
+  return s;
+}
+
+TEST(AdamLoop, EveryLevelMatchesTheScalarLoopBitwise) {
+  const std::vector<SimdLevel> all = levels();
+  std::cout << "SIMD levels tested:";
+  for (SimdLevel l : all) std::cout << " " << level_name(l);
+  std::cout << std::endl;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {15, 0}, {31, 3}, {32, 0}, {33, 1}, {97, 2}, {1037, 1}};
+  uint64_t seed = 1;
+  int compared = 0;
+  for (OptimizerType type : {OptimizerType::kAdam, OptimizerType::kAdamW}) {
+    for (double wd : {0.0, 0.01}) {
+      for (bool bc : {true, false}) {
+        for (at::ScalarType gt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+          for (std::optional<at::ScalarType> pt :
+               {std::optional<at::ScalarType>(), std::optional(at::kBFloat16),
+                std::optional(at::kHalf)}) {
+            const Case c{type, wd, bc, gt, pt};
+            for (auto [n, offset] : shapes) {
+              const Inputs in = make_inputs(n, gt, ++seed);
+              const double multiplier = seed % 2 ? 1.0 : 0.37;
+              const State ref = run(SimdLevel::kScalar, c, in, offset, 3, multiplier);
+              for (SimdLevel level : all) {
+                if (level == SimdLevel::kScalar) continue;
+                const State got = run(level, c, in, offset, 3, multiplier);
+                const std::string what = describe(c, n, offset) + " level=" + level_name(level);
+                ASSERT_TRUE(same_bits(got.master, ref.master)) << what;
+                ASSERT_TRUE(same_bits(got.m, ref.m)) << what;
+                ASSERT_TRUE(same_bits(got.v, ref.v)) << what;
+                if (pt) {
+                  ASSERT_TRUE(same_bits(got.param_out, ref.param_out, *pt != at::kBFloat16))
+                      << what;
+                }
+                ++compared;
+              }
+              // The 16-bit copy is c10's rounding of the master weights (NaN included).
+              if (pt) {
+                ASSERT_TRUE(
+                    same_bits(ref.param_out, c10_rounded(ref.master, *pt), *pt != at::kBFloat16))
+                    << describe(c, n, offset);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (all.size() == 1) GTEST_SKIP() << "this CPU has no SIMD level beyond the scalar loop";
+  EXPECT_GT(compared, 0);
+}
+
+// torch::optim on the same fp32 tensors (16-bit gradients converted to fp32 first, which is
+// exact), ordinary values, several steps. Not bitwise: libtorch's kernels for
+// exp_avg.mul_(beta1).add_(grad, 1 - beta1) and addcmul_/addcdiv_ fuse the multiply-add where
+// they are vectorized (FMA), which rounds once where this loop (torch's formula) rounds twice;
+// the loop agrees with them to rounding (exp_avg_sq to a few ulps), and every level alike.
+TEST(AdamLoop, MatchesTorchOptimToRounding) {
+  constexpr int64_t kN = 1037;
+  constexpr int kSteps = 4;
+  for (OptimizerType type : {OptimizerType::kAdam, OptimizerType::kAdamW}) {
+    for (double wd : {0.0, 0.01}) {
+      for (at::ScalarType gt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+        at::manual_seed(42);
+        const at::Tensor master0 = at::randn({kN}) * 0.1;
+        std::vector<at::Tensor> grads;
+        for (int s = 0; s < kSteps; ++s) grads.push_back((at::randn({kN}) * 0.01).to(gt));
+
+        at::Tensor p = master0.clone();
+        std::unique_ptr<torch::optim::Optimizer> opt;
+        if (type == OptimizerType::kAdamW) {
+          opt = std::make_unique<torch::optim::AdamW>(
+              std::vector<at::Tensor>{p}, torch::optim::AdamWOptions(1e-3).weight_decay(wd));
+        } else {
+          opt = std::make_unique<torch::optim::Adam>(
+              std::vector<at::Tensor>{p}, torch::optim::AdamOptions(1e-3).weight_decay(wd));
+        }
+        for (int s = 0; s < kSteps; ++s) {
+          p.mutable_grad() = grads[s].to(at::kFloat);
+          opt->step();
+        }
+        at::Tensor torch_m, torch_v;
+        auto& state = *opt->state().at(p.unsafeGetTensorImpl());
+        if (type == OptimizerType::kAdamW) {
+          auto& st = static_cast<torch::optim::AdamWParamState&>(state);
+          torch_m = st.exp_avg();
+          torch_v = st.exp_avg_sq();
+        } else {
+          auto& st = static_cast<torch::optim::AdamParamState&>(state);
+          torch_m = st.exp_avg();
+          torch_v = st.exp_avg_sq();
+        }
+
+        OptimizerConfig config;
+        config.type = type;
+        config.lr = 1e-3;
+        config.weight_decay = wd;
+        at::Tensor ref_master, ref_m, ref_v;
+        for (SimdLevel level : levels()) {
+          at::Tensor master = master0.clone();
+          at::Tensor m = at::zeros({kN});
+          at::Tensor v = at::zeros({kN});
+          at::Tensor copy = at::empty({kN}, at::kBFloat16);
+          for (int s = 0; s < kSteps; ++s) {
+            adam_update(level, master, grads[s], copy, m, v,
+                        adam_scalars(config, s + 1, 1.0, config.lr));
+          }
+          std::ostringstream what;
+          what << (type == OptimizerType::kAdamW ? "AdamW" : "Adam") << " wd=" << wd
+               << " grad=" << gt << " level=" << level_name(level);
+          const int64_t ulps_p = max_ulps(master, p.detach());
+          const int64_t ulps_m = max_ulps(m, torch_m);
+          const int64_t ulps_v = max_ulps(v, torch_v);
+          what << " ulps: master " << ulps_p << " exp_avg " << ulps_m << " exp_avg_sq " << ulps_v;
+          if (level == SimdLevel::kScalar) std::cout << what.str() << std::endl;
+          EXPECT_LE(ulps_v, 8) << what.str();
+          // exp_avg and the master weights can cancel (m * beta1 against (1 - beta1) * g, p
+          // against its update), so many ulps of a value near zero: compare them absolutely.
+          auto close = [](const at::Tensor& a, const at::Tensor& b) {
+            return at::allclose(a, b, 1e-5, 1e-6 * b.abs().max().item<double>());
+          };
+          EXPECT_TRUE(close(master, p.detach())) << what.str();
+          EXPECT_TRUE(close(m, torch_m)) << what.str();
+          EXPECT_TRUE(same_bits(copy, c10_rounded(master, at::kBFloat16), false)) << what.str();
+          // Every level gives the scalar loop's bits.
+          if (level == SimdLevel::kScalar) {
+            ref_master = master;
+            ref_m = m;
+            ref_v = v;
+          } else {
+            EXPECT_TRUE(same_bits(master, ref_master, false)) << what.str();
+            EXPECT_TRUE(same_bits(m, ref_m, false)) << what.str();
+            EXPECT_TRUE(same_bits(v, ref_v, false)) << what.str();
+          }
+        }
+      }
+    }
+  }
+}
+
+// ShardOptimizer::update splits a large range over libtorch's threads: the same bits as one
+// range through the scalar loop.
+TEST(AdamLoop, ParallelUpdateMatchesOneRange) {
+  constexpr int64_t kN = 200003;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  OptimizerConfig config;
+  config.type = OptimizerType::kAdamW;
+  config.lr = 1e-3;
+  config.weight_decay = 0.01;
+  const Inputs in = make_inputs(kN, at::kBFloat16, 7);
+  ShardOptimizer opt(config);
+  State s{in.master.clone(), in.m.clone(), in.v.clone(), at::empty({kN}, at::kHalf)};
+  const Case c{config.type, config.weight_decay, true, at::kBFloat16, at::kHalf};
+  for (int step = 0; step < 2; ++step) {
+    opt.begin_step();
+    opt.update(s.master, in.grad, s.param_out, {s.m, s.v}, 0.5, config.lr);
+  }
+  at::set_num_threads(1);
+  const State ref = run(SimdLevel::kScalar, c, in, 0, 2, 0.5);
+  at::set_num_threads(threads);
+  EXPECT_TRUE(same_bits(s.master, ref.master));
+  EXPECT_TRUE(same_bits(s.m, ref.m));
+  EXPECT_TRUE(same_bits(s.v, ref.v));
+  EXPECT_TRUE(same_bits(s.param_out, ref.param_out));
+}
+
+// parallel_ranges covers every element once, in contiguous ranges, and really splits over two
+// threads (at::parallel_for did not in zero: common/parallel.h); the gradient norm's sum of
+// squares, split the same way, gives the same bits on one thread and on two.
+TEST(ParallelRanges, CoverEveryElementOnceOnSeveralThreads) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  const at::Tensor like = at::empty({1000003}, at::kBFloat16);
+  std::vector<int> hits(static_cast<size_t>(like.numel()), 0);
+  std::mutex mutex;
+  std::set<std::thread::id> workers;
+  parallel_ranges(like, 1000, [&](int64_t begin, int64_t end) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      workers.insert(std::this_thread::get_id());
+    }
+    for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+  });
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), like.numel());
+  EXPECT_EQ(workers.size(), 2u);
+  const at::Tensor values = at::randn({3000017}).to(at::kBFloat16);
+  const double two = sum_of_squares(values);
+  at::set_num_threads(1);
+  const double one = sum_of_squares(values);
+  at::set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(&one, &two, sizeof(double)), 0) << one << " vs " << two;
+  EXPECT_NEAR(one, values.to(at::kDouble).square().sum().item<double>(), 1e-9 * one);
+}
+
+}  // namespace
+}  // namespace zero::test
