@@ -2,20 +2,25 @@
 //   swapper    sequential write then read of a swap file through AsyncIo in records of
 //              --record-mib, --buffers in flight: the swapper's bandwidth, to set beside the
 //              disk's own limit (bench/disk_limit.sh, fio at the same block size);
-//   optimizer  ShardOptimizer (AdamW, fp32) on --numel elements with --threads: elements/s,
-//              to set beside DeepSpeed's CPU Adam on the same sizes (bench/deepspeed_cpu_adam.py);
+//   optimizer  ShardOptimizer (AdamW) on --numel elements with --threads: elements/s, to set
+//              beside DeepSpeed's CPU Adam on the same sizes (bench/deepspeed_cpu_adam.py);
+//              --grad-dtype fp32|bf16|fp16 and --param-dtype none|bf16|fp16 (the rounded copy);
+//              run it with --bind-to none (mpirun binds one rank to one core by default);
 //   step       ShardState::step of --numel fp32 parameters with the moments in memory and on
 //              NVMe (tiles of --tile), interleaved --rounds times: seconds per step and ratio.
 // Usage: bench_offload MODE [--dir DIR] [--numel N] [--tile N] [--buffers N] [--threads N]
-//        [--record-mib N] [--size-mib N] [--rounds N]
+//        [--record-mib N] [--size-mib N] [--rounds N] [--grad-dtype D] [--param-dtype D]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
+
+#include <sched.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +51,8 @@ struct Options {
   int rounds = 3;
   int64_t block_size = 1 << 20;
   int64_t queue_depth = 8;
+  std::string grad_dtype = "fp32";
+  std::string param_dtype = "none";
 };
 
 void swapper(const Options& o) {
@@ -86,28 +93,44 @@ void swapper(const Options& o) {
   }
 }
 
+at::ScalarType dtype_of(const std::string& name) {
+  if (name == "fp32") return at::kFloat;
+  if (name == "bf16") return at::kBFloat16;
+  if (name == "fp16") return at::kHalf;
+  throw std::invalid_argument("unknown dtype " + name + " (fp32, bf16, fp16)");
+}
+
 void optimizer(const Options& o) {
   zero::OptimizerConfig config;  // AdamW as bench/deepspeed_cpu_adam.py: lr 1e-3, wd 0.01
   config.type = zero::OptimizerType::kAdamW;
   config.lr = 1e-3;
   config.weight_decay = 0.01;
   zero::ShardOptimizer opt(config);
+  cpu_set_t allowed;
+  const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+  if (cores > 0 && at::get_num_threads() > cores) {
+    std::fprintf(stderr, "optimizer: %d threads on %d allowed core(s) (mpirun binds a rank to "
+                 "one core unless given --bind-to none)\n", at::get_num_threads(), cores);
+  }
   at::manual_seed(0);
   at::Tensor param = at::randn({o.numel}) * 0.01;
-  at::Tensor grad = at::randn({o.numel}) * 0.01;
+  at::Tensor grad = (at::randn({o.numel}) * 0.01).to(dtype_of(o.grad_dtype));
+  at::Tensor param_out;
+  if (o.param_dtype != "none") param_out = at::empty({o.numel}, dtype_of(o.param_dtype));
   std::vector<at::Tensor> moments = {at::zeros({o.numel}), at::zeros({o.numel})};
   opt.begin_step();
-  opt.update(param, grad, at::Tensor(), moments, 1.0, config.lr);  // warm-up
+  opt.update(param, grad, param_out, moments, 1.0, config.lr);  // warm-up
   const auto t0 = Clock::now();
   for (int s = 0; s < o.rounds; ++s) {
     opt.begin_step();
-    opt.update(param, grad, at::Tensor(), moments, 1.0, config.lr);
+    opt.update(param, grad, param_out, moments, 1.0, config.lr);
   }
   const double per_step = since(t0) / o.rounds;
   std::printf("zero_shard_optimizer elements_per_s=%.4g numel=%lld steps=%d threads=%d "
-              "seconds_per_step=%.4f mode=adamw\n",
+              "allowed_cores=%d seconds_per_step=%.4f mode=adamw grad=%s param_out=%s\n",
               static_cast<double>(o.numel) / per_step, static_cast<long long>(o.numel), o.rounds,
-              at::get_num_threads(), per_step);
+              at::get_num_threads(), cores, per_step, o.grad_dtype.c_str(),
+              o.param_dtype.c_str());
 }
 
 void step(const Options& o, zero::Communicator& comm) {
@@ -130,9 +153,10 @@ void step(const Options& o, zero::Communicator& comm) {
   auto nvme_maker = [&](int parts, int64_t numel, int64_t tile, const std::string& name) {
     return zero::make_swap_store(parts, numel, tile, offload, io, directory, name);
   };
-  zero::ShardState in_memory(config, at::randn({o.numel}) * 0.01, std::nullopt, o.tile,
+  auto params = [&] { return std::make_shared<zero::ParamStore>(at::randn({o.numel}) * 0.01); };
+  zero::ShardState in_memory(config, params(), std::nullopt, o.tile,
                              zero::Placement::kHost, memory_maker, {}, {});
-  zero::ShardState on_nvme(config, at::randn({o.numel}) * 0.01, std::nullopt, o.tile,
+  zero::ShardState on_nvme(config, params(), std::nullopt, o.tile,
                            zero::Placement::kNvme, nvme_maker, {}, {});
   in_memory.step(1.0, 1e-3, grad);  // warm-up: first touch of the moments
   on_nvme.step(1.0, 1e-3, grad);
@@ -174,6 +198,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "rounds / timed steps");
   app.add_option("--block-size", o.block_size, "aio.block_size");
   app.add_option("--queue-depth", o.queue_depth, "aio.queue_depth");
+  app.add_option("--grad-dtype", o.grad_dtype, "optimizer: gradient dtype, fp32 | bf16 | fp16");
+  app.add_option("--param-dtype", o.param_dtype,
+                 "optimizer: parameter copy dtype, none | bf16 | fp16");
   CLI11_PARSE(app, argc, argv);
   if (o.threads > 0) at::set_num_threads(o.threads);
   auto comm = zero::make_mpi_communicator();

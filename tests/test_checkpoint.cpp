@@ -8,12 +8,15 @@
 
 #include <nlohmann/json.hpp>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "checkpoint/metadata_edit.h"
 #include "engine_harness.h"
@@ -131,6 +134,11 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
       o.extra_zero_json += std::string(stage == 3 ? ", " : "") +
                            "\"sub_group_size\": 500, \"offload_optimizer\": {\"device\": "
                            "\"nvme\", \"nvme_path\": \"" + nvme + "\"}";
+      // At stage 3 the parameter shards too (Note [Parameter offload]).
+      if (stage == 3) {
+        o.extra_zero_json += ", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" +
+                             nvme + "\", \"buffer_count\": 2}";
+      }
       return o;
     }();
     Trainer straight = make_trainer(spec, in_memory);
@@ -159,6 +167,65 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
       }
     }
   }
+}
+
+// A swap write that fails in the middle of a step (Note [NVMe offload], Note [Parameter
+// offload]) loses nothing: on one rank the writes fail (a file-size limit below the swap
+// files' ends makes the kernel refuse them, as a disk that runs out of blocks would), every
+// rank throws zero::Error (the failing one naming the swap file, the error and the bytes), and
+// the checkpoint saved before the failure resumes bit for bit. Stage 3, bf16, both offloads:
+// the optimizer's tiles and the parameter shards are both written during the step.
+TEST(Checkpoint, SwapWriteFailingMidStepLosesNothing) {
+  auto comm = world();
+  const ModelSpec spec = tiny_gpt2_spec();
+  const std::string nvme = shared_dir("nvme-write-failure");
+  const std::string dir = shared_dir("write-failure");
+  RunOptions options;
+  options.stage = 3;
+  options.dtype = "bf16";
+  options.extra_zero_json =
+      "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 500, "
+      "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + nvme + "\"}, "
+      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + nvme +
+      "\", \"buffer_count\": 2}";
+  Trainer straight = make_trainer(spec, options);
+  const std::vector<double> expected = train(straight, spec, options, 0, 4);
+  {
+    Trainer failing = make_trainer(spec, options);
+    train(failing, spec, options, 0, 2);
+    failing.engine->save_checkpoint(dir, "before");
+    const bool victim = comm->rank() == comm->size() - 1;
+    struct rlimit old_limit {};
+    ::getrlimit(RLIMIT_FSIZE, &old_limit);
+    if (victim) {
+      std::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit small = old_limit;
+      small.rlim_cur = 8192;  // every write past the first two 4 KiB blocks of a file fails
+      ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    }
+    std::string message;
+    try {
+      train(failing, spec, options, 2, 3);
+    } catch (const Error& error) {
+      message = error.what();
+    }
+    if (victim) ::setrlimit(RLIMIT_FSIZE, &old_limit);
+    ASSERT_FALSE(message.empty()) << "a step whose swap writes failed went on";
+    if (victim) {
+      std::cout << "the failing rank's message: " << message << std::endl;
+      EXPECT_NE(message.find(".swp"), std::string::npos) << message;
+      EXPECT_NE(message.find("File too large"), std::string::npos) << message;
+      EXPECT_NE(message.find(" bytes"), std::string::npos) << message;
+    } else {
+      EXPECT_NE(message.find("failed on rank " + std::to_string(comm->size() - 1)),
+                std::string::npos) << message;
+    }
+  }  // the failed engine goes (its swap files with it)
+  Trainer resumed = make_trainer(spec, options);
+  resumed.engine->load_checkpoint(dir, "before");
+  const std::vector<double> rest = train(resumed, spec, options, 2, 4);
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[2 + i]) << "step " << 2 + i;
+  EXPECT_TRUE(at::equal(parameters_of(resumed), parameters_of(straight)));
 }
 
 // A checkpoint saved at one stage loads at every other (same world size), and training goes on

@@ -470,10 +470,14 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})"), 1,
        {"zero_optimization.offload_param.device = \"cpu\" needs zero_optimization.stage 3",
         "(got 2)"}},
-      {"parameters to nvme",
-       with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}})"), 1,
-       {"zero_optimization.offload_param.device = \"nvme\" is not supported yet",
-        "\"none\" or \"cpu\" for the parameters"}},
+      {"parameters to nvme below stage 3",
+       with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "nvme", "nvme_path": "/x"}})"), 1,
+       {"zero_optimization.offload_param.device = \"nvme\" needs zero_optimization.stage 3",
+        "only stage 3 partitions the parameters"}},
+      {"one parameter buffer",
+       with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x", "buffer_count": 1}})"), 1,
+       {"zero_optimization.offload_param.buffer_count = 1 is invalid",
+        "an integer number of staging buffers in [2, 1024]"}},
       {"nvme without a path",
        with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}})"), 1,
        {"zero_optimization.offload_optimizer.nvme_path = null is invalid",
@@ -1135,6 +1139,27 @@ TEST(Config, OffloadToNvme) {
   EXPECT_TRUE(d.zero_optimization.offload_optimizer.pipeline_read);
   EXPECT_TRUE(d.zero_optimization.offload_optimizer.pipeline_write);
   EXPECT_EQ(d.zero_optimization.offload_param.buffer_count, 5);
+  // offload_param "nvme" at stage 3 (Note [Parameter offload]): DeepSpeed's buffer defaults,
+  // and max_in_cpu 0 (docs/config.md: zero keeps no second copy for DeepSpeed's 1e9 to cap).
+  const Config p = parse_config(
+      with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/p"}})"),
+      1, kSource);
+  const OffloadConfig& param = p.zero_optimization.offload_param;
+  EXPECT_EQ(param.device, OffloadDevice::kNvme);
+  EXPECT_EQ(param.nvme_path, "/p");
+  EXPECT_EQ(param.buffer_count, 5);
+  EXPECT_EQ(param.buffer_size, 100000000);
+  EXPECT_EQ(param.max_in_cpu, 0);
+  EXPECT_EQ(p.zero_optimization.offload_optimizer.device, OffloadDevice::kNone);
+  const Config q = parse_config(
+      with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/p",
+               "buffer_count": 3, "buffer_size": 2e7, "max_in_cpu": 1e6, "pin_memory": true}})"),
+      1, kSource);
+  EXPECT_EQ(q.zero_optimization.offload_param.buffer_count, 3);
+  EXPECT_EQ(q.zero_optimization.offload_param.buffer_size, 20000000);
+  EXPECT_EQ(q.zero_optimization.offload_param.max_in_cpu, 1000000);
+  const Config again = parse_config(q.effective_json, 1, kSource);
+  EXPECT_EQ(again.effective_json, q.effective_json);
 }
 
 }  // namespace

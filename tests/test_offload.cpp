@@ -16,8 +16,10 @@
 #include "offload/async_io.h"
 #include "offload/swap_directory.h"
 #include "offload/swap_file.h"
+#include "state/param_store.h"
 #include "test_util.h"
 #include "zero/error.h"
+#include "zero/gathered_parameters.h"
 #include "zero/memory.h"
 
 namespace zero::test {
@@ -34,6 +36,14 @@ std::string nvme_optimizer_json(const std::string& dir, int64_t tile, int buffer
          ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir +
          "\", \"buffer_count\": " + std::to_string(buffers) + ", \"pipeline_read\": " + flag +
          ", \"pipeline_write\": " + flag + "}";
+}
+
+// The offload_param keys that put every unit's parameter shard on NVMe under `dir` (but
+// `max_in_cpu` elements), read through `buffers` slots.
+std::string nvme_param_json(const std::string& dir, int buffers = 5, int64_t max_in_cpu = 0) {
+  return "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir +
+         "\", \"buffer_count\": " + std::to_string(buffers) +
+         ", \"max_in_cpu\": " + std::to_string(max_in_cpu) + "}";
 }
 
 // The swap files under `dir`: every rank's, or those of rank `rank` only.
@@ -281,7 +291,9 @@ TEST(NvmeOffload, SwapFileThatDoesNotFitIsAnErrorAtCreation) {
   small_blocks.block_size = kSwapAlignment;
   for (AsyncIo::Engine engine : {AsyncIo::Engine::kAuto, AsyncIo::Engine::kBlocking}) {
     AsyncIo engine_io(small_blocks, engine);
-    if (engine == AsyncIo::Engine::kBlocking) EXPECT_FALSE(engine_io.uses_io_uring());
+    if (engine == AsyncIo::Engine::kBlocking) {
+      EXPECT_FALSE(engine_io.uses_io_uring());
+    }
     const std::string path = dir + "/small.swp";
     {
       SwapFile file(path, 3 * kSwapAlignment, engine_io);
@@ -345,9 +357,315 @@ TEST(NvmeOffload, StartUpEstimateRefusesWhatDoesNotFit) {
     EXPECT_NE(message.find("is available (MemAvailable)"), std::string::npos) << message;
     EXPECT_NE(message.find("offload_optimizer.device \"nvme\""), std::string::npos) << message;
   }
+  // With the parameter shards on NVMe too (stage 3): their 4 bytes per parameter go to disk,
+  // and five slots of at most buffer_size elements stay.
+  const Config params_too = config_for(nvme_optimizer_json(dir, 1000000) + ", " +
+                                       "\"offload_param\": {\"device\": \"nvme\", "
+                                       "\"nvme_path\": \"" + dir + "\", \"buffer_size\": 1e6}");
+  const StateEstimate both = estimate_state(params_too, psi);
+  EXPECT_EQ(both.params_on_nvme, 4 * shard);
+  EXPECT_EQ(both.on_nvme, nvme.on_nvme + 4 * shard);
+  EXPECT_EQ(both.staging, nvme.staging + 5 * align_up(4000000));
+  EXPECT_EQ(both.in_memory, 4 * shard + 4 * record + 5 * align_up(4000000));
   // A small one fits either way, and the account says where it lives.
   EXPECT_NE(check_state_fits(offloaded, 1000000, *comm).find("on NVMe"), std::string::npos);
   EXPECT_EQ(check_state_fits(in_memory, 1000000, *comm).find("on NVMe"), std::string::npos);
+}
+
+// Note [Parameter offload], the store alone (each rank its own): segments in memory and
+// swapped, written whole and in part, read back at random, passed over in tiles that cut
+// across segments (reading and writing, writing only), leased with and without reading ahead,
+// with 2 and 4 slots: every value is the one an in-memory copy holds. A file truncated under
+// it fails the lease's read, naming the file.
+TEST(ParamStore, KeepsEveryValueThroughSlotsPassesAndLeases) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("param-store");
+  SwapDirectory directory(dir, "nvme_path", *comm);
+  AsyncIo io(AioConfig{});
+  const std::vector<int64_t> sizes = {100, 3000, 0, 1, 4097, 2500, 64};
+  const std::vector<bool> in_memory = {true, false, false, true, false, false, false};
+  for (auto [buffers, dtype] : {std::pair{2, at::kBFloat16}, {4, at::kBFloat16}, {2, at::kFloat}}) {
+    SCOPED_TRACE(std::to_string(buffers) + " slots, " + std::string(c10::toString(dtype)));
+    OffloadConfig offload;
+    offload.device = OffloadDevice::kNvme;
+    offload.buffer_count = buffers;
+    std::vector<ParamStore::Segment> segments = param_segments(sizes, in_memory, 0);
+    const std::string name = "params" + std::to_string(buffers) + c10::toString(dtype);
+    const int64_t size = static_cast<int64_t>(c10::elementSize(dtype));
+    ParamStore store(dtype, segments, offload, io, directory, name);
+    ASSERT_TRUE(store.offloaded());
+    const int64_t numel = store.numel();
+    EXPECT_EQ(store.swapped_bytes(), (numel - 101) * size);
+    EXPECT_EQ(store.staging_bytes(), buffers * align_up(4097 * size));
+    at::Tensor expected = at::randn({numel}).to(dtype);
+    store.write(0, expected);
+    auto all = [&] {
+      at::Tensor out = at::empty({numel}, dtype);
+      store.read(0, out);
+      return out;
+    };
+    EXPECT_TRUE(at::equal(all(), expected));
+    // A write inside one segment, and one across three.
+    for (auto [offset, n] : {std::pair<int64_t, int64_t>{150, 10}, {3050, 1200}}) {
+      at::Tensor values = at::randn({n}).to(dtype);
+      store.write(offset, values);
+      expected.narrow(0, offset, n).copy_(values);
+    }
+    for (int64_t offset : std::vector<int64_t>{0, 99, 3100, 3101, 7000, numel - 64}) {
+      at::Tensor out = at::empty({std::min<int64_t>(500, numel - offset)}, dtype);
+      store.read(offset, out);
+      EXPECT_TRUE(at::equal(out, expected.narrow(0, offset, out.numel()))) << offset;
+    }
+    // Passes: reading and writing (the fp32-master step), writing only (rounding the master),
+    // each starting with slots holding what leases left there (as after a backward).
+    for (int64_t tile : std::vector<int64_t>{7, 1000, 5000, numel}) {
+      SCOPED_TRACE("tile " + std::to_string(tile));
+      for (int s : {6, 4, 5}) store.release(store.lease(s));
+      ParamStore::Pass pass = store.pass(/*read=*/true, /*write=*/true);
+      for (int64_t begin = 0; begin < numel; begin += tile) {
+        const int64_t n = std::min(tile, numel - begin);
+        at::Tensor t = pass.tile(begin, n);
+        ASSERT_TRUE(at::equal(t, expected.narrow(0, begin, n))) << begin;
+        t.add_(1);
+      }
+      pass.finish();
+      expected.add_(1);
+      EXPECT_TRUE(at::equal(all(), expected));
+      ParamStore::Pass writing = store.pass(/*read=*/false, /*write=*/true);
+      const at::Tensor fresh = at::randn({numel}).to(dtype);
+      for (int64_t begin = 0; begin < numel; begin += tile) {
+        const int64_t n = std::min(tile, numel - begin);
+        writing.tile(begin, n).copy_(fresh.narrow(0, begin, n));
+      }
+      writing.finish();
+      expected.copy_(fresh);
+      EXPECT_TRUE(at::equal(all(), expected));
+    }
+    // Leases in trace order, reading ahead the next ones as the engine does.
+    const std::vector<int> trace = {1, 2, 4, 5, 6, 0, 6, 5, 4, 1, 3};
+    for (size_t i = 0; i < trace.size(); ++i) {
+      const int s = trace[i];
+      ASSERT_TRUE(store.can_lease(s));
+      ParamStore::Lease lease = store.lease(s);
+      store.read_ahead(std::vector<int>(trace.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                        trace.end()));
+      AsyncIo::wait(lease.ready);
+      EXPECT_TRUE(at::equal(lease.shard, expected.narrow(0, segments[s].offset, segments[s].numel)))
+          << "segment " << s;
+      store.release(lease);
+    }
+    // A truncated file: the read of a segment not in a slot (of 2) fails when waited for.
+    if (buffers != 2) continue;
+    fs::resize_file(directory.file(name + ".swp"), 4096);
+    std::string error;
+    for (int s : {1, 4, 5, 6}) {  // one of them is not in a slot
+      ParamStore::Lease lease = store.lease(s);
+      try {
+        AsyncIo::wait(lease.ready);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      store.release(lease);
+    }
+    EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+    // A failed read is not kept: once the file is whole again (every segment written), each
+    // lease reads its segment anew and finds the values.
+    store.write(0, expected);
+    for (int s : {1, 4, 5, 6}) {
+      ParamStore::Lease lease = store.lease(s);
+      AsyncIo::wait(lease.ready);
+      EXPECT_TRUE(at::equal(lease.shard, expected.narrow(0, segments[s].offset, segments[s].numel)))
+          << "segment " << s;
+      store.release(lease);
+    }
+  }
+}
+
+// Note [Parameter offload]: stage 3 with the parameter shards on NVMe, alone and beside the
+// optimizer state, fp32 and bf16 parameters, 2 to 5 slots, every unit or some of them
+// (max_in_cpu) on disk, with and without persistent parameters: the same bits as in memory.
+// Tiles of 1000 elements cut across unit shards; from the second step the trace reads ahead.
+TEST(NvmeOffload, ParametersOnNvmeChangeNoBit) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-params");
+  const ModelSpec spec = tiny_gpt2_spec();
+  struct Variant {
+    bool optimizer;
+    int buffers;
+    int64_t max_in_cpu;
+    int64_t persistence;
+  };
+  for (const char* dtype : {"fp32", "bf16"}) {
+    for (const Variant& v : {Variant{false, 2, 0, 0}, Variant{true, 5, 0, 100},
+                             Variant{true, 3, 3000, 0}}) {
+      SCOPED_TRACE(std::string(dtype) + (v.optimizer ? " with optimizer" : "") + ", " +
+                   std::to_string(v.buffers) + " buffers, max_in_cpu " +
+                   std::to_string(v.max_in_cpu) + ", persistence " +
+                   std::to_string(v.persistence));
+      RunOptions options;
+      options.stage = 3;
+      options.dtype = dtype;
+      options.steps = 3;
+      options.gradient_clipping = 0.5;
+      const std::string base =
+          "\"stage3_param_persistence_threshold\": " + std::to_string(v.persistence) + ", ";
+      options.extra_zero_json = base + "\"sub_group_size\": 1000";
+      const RunResult plain = run_engine(spec, options, comm);
+      options.extra_zero_json = base + (v.optimizer ? nvme_optimizer_json(dir, 1000)
+                                                    : std::string("\"sub_group_size\": 1000")) +
+                                ", " + nvme_param_json(dir, v.buffers, v.max_in_cpu);
+      const RunResult offloaded = run_engine(spec, options, comm);
+      EXPECT_EQ(plain.losses, offloaded.losses);
+      EXPECT_TRUE(at::equal(plain.parameters, offloaded.parameters));
+      const ModelStateBytes& bytes = offloaded.state_bytes;
+      EXPECT_EQ(bytes.total(), plain.state_bytes.total());
+      const int64_t optimizer_on_nvme =
+          v.optimizer ? bytes.master_params + bytes.optimizer_state : 0;
+      const int64_t params_on_nvme = bytes.on_nvme - optimizer_on_nvme;
+      // Every unit's shard on NVMe (the persistent parameters, those outside every unit
+      // included, stay), less max_in_cpu elements.
+      EXPECT_GT(params_on_nvme, 0);
+      EXPECT_LT(params_on_nvme, bytes.params);
+      if (v.max_in_cpu > 0) {
+        options.extra_zero_json = base + nvme_optimizer_json(dir, 1000) + ", " +
+                                  nvme_param_json(dir, v.buffers, 0);
+        const RunResult none_kept = run_engine(spec, options, comm);
+        EXPECT_LT(params_on_nvme, none_kept.state_bytes.on_nvme - optimizer_on_nvme);
+        EXPECT_EQ(plain.losses, none_kept.losses);
+      }
+      EXPECT_GT(bytes.staging, 0);
+    }
+  }
+  comm->barrier()->wait();
+  EXPECT_TRUE(swap_files_under(dir).empty());
+}
+
+// Gathers issued ahead and never used hold parameter slots (Note [Parameter offload]): a
+// forward with autograd on and no backward (a validation loss computed with gradients enabled)
+// ends by prefetching backward's first units. A checkpoint save, a GatheredParameters
+// modifier and the next steps then need every slot of the two: they are given back first
+// (Stage3Engine::quiesce), and training goes on bit for bit as in memory.
+TEST(NvmeOffload, GathersLeftInFlightGiveBackTheirSlots) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-in-flight");
+  const ModelSpec spec = tiny_gpt2_spec();
+  std::vector<std::vector<double>> losses;
+  std::vector<at::Tensor> parameters;
+  for (bool offloaded : {false, true}) {
+    SCOPED_TRACE(offloaded ? "parameters on NVMe" : "in memory");
+    RunOptions options;
+    options.stage = 3;
+    // Units released after each use (reuse distance 0), so backward gathers them again and
+    // the last forward fetch prefetches them; prefetch unbounded.
+    options.extra_zero_json = "\"stage3_param_persistence_threshold\": 0, "
+                              "\"stage3_max_reuse_distance\": 0, "
+                              "\"stage3_prefetch_bucket_size\": 1000000000";
+    if (offloaded) options.extra_zero_json += ", " + nvme_param_json(dir, 2);
+    auto model = spec.build();
+    auto engine = initialize(model, parse_config(make_config_json(options), comm->size(), "t"),
+                             comm);
+    std::vector<double> seen;
+    auto step = [&](int s) {
+      auto [x, y] = spec.batch(s, 2);
+      at::Tensor loss = spec.loss(*model, x, y);
+      seen.push_back(loss.item<double>());
+      engine->backward(loss);
+      engine->step();
+    };
+    auto forward_only = [&](int s) {
+      auto [x, y] = spec.batch(s, 2);
+      seen.push_back(spec.loss(*model, x, y).item<double>());
+    };
+    step(0);
+    step(1);
+    forward_only(2);
+    engine->save_checkpoint(dir + "/checkpoints", offloaded ? "offloaded" : "in-memory");
+    forward_only(3);
+    {
+      std::vector<at::Tensor> all = model->parameters();
+      GatheredParameters whole(*engine, {all.front(), all.back()}, /*modifier_rank=*/0);
+      if (comm->rank() == 0) {
+        at::NoGradGuard no_grad;
+        all.front().mul_(0.5);
+      }
+    }
+    forward_only(4);
+    step(5);
+    step(6);
+    losses.push_back(seen);
+    {
+      GatheredParameters whole(*engine, model->parameters());
+      parameters.push_back(flatten_parameters(*model));
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_TRUE(at::equal(parameters[0], parameters[1]));
+}
+
+// A parameter swap file truncated between steps: the next forward's read fails on that rank,
+// and every rank throws (they agree before the all-gather, so none waits in it forever).
+TEST(NvmeOffload, ParameterSwapFileChangedUnderTheRunIsAnErrorOnEveryRank) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-param-tamper");
+  RunOptions options;
+  options.stage = 3;
+  options.extra_zero_json =
+      "\"stage3_param_persistence_threshold\": 0, " + nvme_param_json(dir, 2);
+  const ModelSpec spec = tiny_gpt2_spec();
+  auto model = spec.build();
+  auto engine = initialize(model, parse_config(make_config_json(options), comm->size(), "t"),
+                           comm);
+  auto step = [&](int s) {
+    auto [x, y] = spec.batch(s, 2);
+    engine->backward(spec.loss(*model, x, y));
+    engine->step();
+  };
+  step(0);
+  std::string victim;
+  if (comm->rank() == comm->size() - 1) {
+    const std::vector<fs::path> files = swap_files_under(dir, comm->rank());
+    EXPECT_EQ(files.size(), 1u);
+    victim = files.at(0).string();
+    fs::resize_file(files[0], 4096);
+  }
+  comm->barrier()->wait();
+  try {
+    step(1);
+    ADD_FAILURE() << "a forward read a parameter swap file changed under the run";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    if (victim.empty()) {
+      EXPECT_NE(message.find("reading the parameter shard of unit '"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("failed on rank " + std::to_string(comm->size() - 1)),
+                std::string::npos) << message;
+    } else {
+      EXPECT_NE(message.find(victim), std::string::npos) << message;
+      EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+    }
+  }
+}
+
+// A unit's shard larger than offload_param.buffer_size is refused at initialize, naming the
+// unit and the size it needs.
+TEST(NvmeOffload, UnitShardLargerThanBufferSizeIsAnError) {
+  auto comm = world();
+  const std::string dir = shared_temp_dir("offload-param-buffer");
+  RunOptions options;
+  options.stage = 3;
+  options.extra_zero_json = "\"stage3_param_persistence_threshold\": 0, \"offload_param\": "
+                            "{\"device\": \"nvme\", \"nvme_path\": \"" + dir +
+                            "\", \"buffer_size\": 10}";
+  try {
+    initialize(tiny_gpt2_spec().build(),
+               parse_config(make_config_json(options), comm->size(), "t.json"), comm);
+    ADD_FAILURE() << "a 10-element buffer_size was accepted";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("t.json: zero_optimization.offload_param.buffer_size = 10 elements "
+                           "is smaller than this rank's shard of unit '"),
+              std::string::npos) << message;
+  }
 }
 
 }  // namespace

@@ -18,11 +18,13 @@ if(TARGET zero-train)
     # Stage 3: partition every parameter inside a unit (gpt2-tiny's are all below the default
     # threshold, which would leave them whole), so the blocks are really gathered and released.
     if(STAGE EQUAL 3)
-      # The stage-3 run also keeps its optimizer state on NVMe (Note [NVMe offload]), in
-      # swap files under the build tree in tiles of 20000 elements (several per rank): bitwise
-      # the in-memory run, so zero_train_stage3_matches_stage2 below holds as before, and the
-      # start-up estimate and the summary's placement rows are checked end to end.
-      set(STAGE_EXTRA ", \"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 20000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"${CMAKE_CURRENT_BINARY_DIR}/train\"}")
+      # The stage-3 run also keeps its optimizer state and its unit parameter shards on NVMe
+      # (Note [NVMe offload], Note [Parameter offload]), in swap files under the build tree,
+      # the optimizer's in tiles of 20000 elements (several per rank), the parameters through
+      # 3 slots: bitwise the in-memory run, so zero_train_stage3_matches_stage2 below holds as
+      # before, and the start-up estimate and the summary's placement rows are checked end to
+      # end.
+      set(STAGE_EXTRA ", \"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 20000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"${CMAKE_CURRENT_BINARY_DIR}/train\"}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"${CMAKE_CURRENT_BINARY_DIR}/train\", \"buffer_count\": 3}")
     else()
       set(STAGE_EXTRA "")
     endif()
@@ -49,7 +51,8 @@ if(TARGET zero-train)
     endif()
     set(expected_lines "")
     if(name STREQUAL "stage3")
-      set(expected_lines --expect-line "GiB on NVMe" --expect-line "    on NVMe")
+      set(expected_lines --expect-line "GiB on NVMe" --expect-line "    on NVMe"
+                         --expect-line "unit param shards, fp32 master")
     endif()
     add_test(NAME zero_train_${test}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_train.sh $<TARGET_FILE:zero-train>

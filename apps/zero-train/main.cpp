@@ -603,7 +603,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
 
     // Per-rank figures for the summary, gathered to every rank.
     const zero::ModelStateBytes bytes = engine->model_state_bytes();
-    constexpr int kFigures = 6;
+    constexpr int kFigures = 7;
     at::Tensor mine = at::tensor({static_cast<double>(bytes.total()),
                                   static_cast<double>(peak_rss_bytes()),
                                   static_cast<double>(bytes.gathered_peak),
@@ -611,7 +611,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                                       grad_bytes_per_element(config) *
                                       static_cast<int64_t>(c10::elementSize(config.param_dtype))),
                                   static_cast<double>(bytes.on_nvme),
-                                  static_cast<double>(bytes.staging)},
+                                  static_cast<double>(bytes.staging),
+                                  static_cast<double>(bytes.params_on_nvme)},
                                  at::kDouble);
     at::Tensor all = at::empty({kFigures * world}, at::kDouble);
     comm->all_gather(mine, all)->wait();
@@ -656,12 +657,22 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         rows.push_back({"model state, rank " + std::to_string(r),
                         zero::train::human_bytes(figure(r, 0)), expected});
         if (figure(r, 4) > 0) {
-          // Note [NVMe offload]: where it lives.
+          // Note [NVMe offload], Note [Parameter offload]: where it lives.
+          const bool optimizer_offloaded = figure(r, 4) > figure(r, 6);
+          const bool params_offloaded = figure(r, 6) > 0;
           rows.push_back({"  in memory", zero::train::human_bytes(figure(r, 0) - figure(r, 4)),
-                          "params and grads; plus " + zero::train::human_bytes(figure(r, 5)) +
+                          std::string(params_offloaded ? "params kept in memory, grads"
+                                                       : "params, grads") +
+                              (optimizer_offloaded ? "" : ", optimizer state") + "; plus " +
+                              zero::train::human_bytes(figure(r, 5)) +
                               " of NVMe staging buffers"});
-          rows.push_back({"  on NVMe", zero::train::human_bytes(figure(r, 4)),
-                          "fp32 master weights (16-bit params) and optimizer moments"});
+          std::string what;
+          if (params_offloaded) what = "unit param shards";
+          if (optimizer_offloaded) {
+            what += std::string(params_offloaded ? ", " : "") +
+                    "fp32 master weights (16-bit params) and optimizer moments";
+          }
+          rows.push_back({"  on NVMe", zero::train::human_bytes(figure(r, 4)), what});
         }
       }
       if (stage == 3) {

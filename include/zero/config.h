@@ -82,12 +82,15 @@ struct ZERO_API OffloadConfig {
   /// device "nvme": the directory swap files go under (nvme_path/zero-<job>/rank<r>/).
   std::string nvme_path;
   /// device "nvme": staging buffers (offload_optimizer: tiles of sub_group_size in flight, at
-  /// least 1; offload_param: unit shards read ahead). DeepSpeed's defaults: 4 and 5.
+  /// least 1; offload_param: unit shards read ahead, at least 2). DeepSpeed's defaults: 4, 5.
   int64_t buffer_count = 4;
   /// offload_param: elements of one staging buffer (a unit's shard must fit in one).
   int64_t buffer_size = 100000000;
-  /// offload_param: DeepSpeed's cap on parameter elements kept in host memory.
-  int64_t max_in_cpu = 1000000000;
+  /// offload_param: elements of a rank's parameter shards kept in host memory instead of on
+  /// NVMe (whole units, in order). DeepSpeed's default, 1e9, caps a second, flattened copy of
+  /// the shards that zero does not keep; here the default is 0: every unit's shard on NVMe
+  /// (docs/config.md).
+  int64_t max_in_cpu = 0;
   /// offload_optimizer: read tile i+1 while tile i is stepped / write tile i-1 back meanwhile.
   /// DeepSpeed's defaults are false; ours are true (docs/config.md): an unpipelined NVMe step
   /// waits on the disk twice per tile for nothing.

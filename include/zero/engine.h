@@ -42,10 +42,13 @@ struct ZERO_API ModelStateBytes {
   int64_t optimizer_state = 0;  // Adam m and v / SGD momentum, fp32
   int64_t total() const { return params + grads + master_params + optimizer_state; }
   /// Of total(): the bytes held in NVMe swap files, not in memory (offload device "nvme":
-  /// the master weights and optimizer state with offload_optimizer).
+  /// the master weights and optimizer state with offload_optimizer, the unit shards of the
+  /// parameters with offload_param).
   int64_t on_nvme = 0;
-  /// Host memory staging the swap files (offload_optimizer.buffer_count tiles); not part of
-  /// total().
+  /// Of on_nvme: the parameters' (offload_param "nvme", stage 3).
+  int64_t params_on_nvme = 0;
+  /// Host memory staging the swap files (offload_optimizer.buffer_count tiles and
+  /// offload_param.buffer_count slots); not part of total().
   int64_t staging = 0;
   int64_t in_memory() const { return total() - on_nvme; }
   // Stage 3: the most bytes of partitioned parameters gathered whole at once so far (the

@@ -51,9 +51,10 @@ struct ZERO_API StateEstimate {
   int64_t grads = 0;
   int64_t master_params = 0;
   int64_t optimizer_state = 0;
-  int64_t staging = 0;  // host buffers of NVMe offload
+  int64_t staging = 0;  // host buffers of NVMe offload (offload_param's: at most)
   int64_t in_memory = 0;
   int64_t on_nvme = 0;
+  int64_t params_on_nvme = 0;  // of on_nvme: offload_param's file (the rest: offload_optimizer's)
 };
 ZERO_API StateEstimate estimate_state(const Config& config, int64_t num_parameters);
 

@@ -155,7 +155,7 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
       // Streamed a piece at a time (Note [NVMe offload]: an offloaded state is never in memory
       // whole): every entry is declared first, then each piece is read and written.
       const std::vector<std::string>& parts = state.part_names();
-      const at::Tensor param16 = subject.saves_param_shard() ? state.params() : at::Tensor();
+      const bool param16 = subject.saves_param_shard();
       std::vector<SafetensorsEntry> entries;
       Json pieces = Json::array();
       for (const StateSegment& s : segments) {
@@ -164,8 +164,8 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
         for (const std::string& part : parts) {
           entries.push_back({piece_key(part, name, s.begin), at::kFloat, {length}});
         }
-        if (param16.defined()) {
-          entries.push_back({piece_key("param16", name, s.begin), param16.scalar_type(), {length}});
+        if (param16) {
+          entries.push_back({piece_key("param16", name, s.begin), state.param_dtype(), {length}});
         }
         pieces.push_back({name, s.begin, s.end});
       }
@@ -187,8 +187,10 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
             state.read_part(static_cast<int>(k), s.offset, piece);
             writer.write(piece_key(parts[k], name, s.begin), piece);
           }
-          if (param16.defined()) {
-            writer.write(piece_key("param16", name, s.begin), param16.narrow(0, s.offset, length));
+          if (param16) {
+            at::Tensor piece16 = at::empty({length}, state.param_dtype());
+            state.params().read(s.offset, piece16);
+            writer.write(piece_key("param16", name, s.begin), piece16);
           }
         }
         writer.write("rng/cpu", rng.reshape({rng.numel()}));
@@ -210,7 +212,7 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
       metadata["version"] = kVersion;
       metadata["world_size"] = world;
       metadata["stage"] = config.zero_optimization.stage;
-      metadata["param_dtype"] = dtype_name(state.params().scalar_type());
+      metadata["param_dtype"] = dtype_name(state.param_dtype());
       metadata["master_dtype"] = "fp32";
       metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
                                {"state", Json::array()}};
@@ -260,7 +262,7 @@ int64_t estimated_rank_file_bytes(CheckpointSubject& subject) {
   const int64_t moments = static_cast<int64_t>(state.part_names().size()) - 1;
   const int64_t tensors_per_piece = 1 + moments + (param16 ? 1 : 0);
   const int64_t bytes_per_element =
-      4 * (1 + moments) + (param16 ? static_cast<int64_t>(state.params().element_size()) : 0);
+      4 * (1 + moments) + (param16 ? static_cast<int64_t>(c10::elementSize(state.param_dtype())) : 0);
   int64_t bytes = 0;
   const std::vector<StateSegment>& segments = state.saved_segments();
   for (const StateSegment& s : segments) bytes += (s.end - s.begin) * bytes_per_element;
@@ -430,16 +432,19 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
                " of the ", expected, " elements rank ", rank,
                " needs: its pieces do not cover every parameter");
     staging->flush();
-    // Counters are parsed here too, so the commit below cannot fail.
+    // Counters are parsed here too, so that only the commit's own writes can fail below.
     saved = counters_from_json(metadata.at("counters"));
   });
   agree_on_failure(comm, "load_checkpoint", error);
 
-  // Every rank has everything: commit.
-  {
-    at::NoGradGuard no_grad;
-    shard.commit(*staging);
-  }
+  // Every rank has everything: commit. In memory it cannot fail; with NVMe offload it writes
+  // swap files, which can fail on one rank (the disk), and then every rank fails together,
+  // its training state part old and part loaded: load again before training on.
+  agree_on_failure(comm, "load_checkpoint (committing the loaded state; load again)",
+                   capture_error([&] {
+                     at::NoGradGuard no_grad;
+                     shard.commit(*staging);
+                   }));
   TrainingCounters counters = saved.training;
   // Boundaries so far, in this config's micro-steps (its accumulation may differ).
   counters.micro_steps = (counters.global_steps + counters.skipped_steps) *

@@ -527,12 +527,6 @@ void parse_offload(const ObjectView& zero_view, int stage, OffloadSection which,
     offload.device = OffloadDevice::kCpu;
     return;
   }
-  if (!optimizer) {
-    section.not_supported("device", *section.raw("device"),
-                          "\"none\" or \"cpu\" for the parameters; NVMe holds the optimizer "
-                          "state (offload_optimizer.device \"nvme\"), the parameter shards not "
-                          "yet");
-  }
   offload.device = OffloadDevice::kNvme;
   const Json* path = section.given("nvme_path");
   if (path == nullptr || path->is_null() || !path->is_string() ||
@@ -543,8 +537,13 @@ void parse_offload(const ObjectView& zero_view, int stage, OffloadSection which,
   offload.nvme_path = path->get<std::string>();
   const OffloadConfig defaults = optimizer ? ZeroOptimizationConfig{}.offload_optimizer
                                            : ZeroOptimizationConfig{}.offload_param;
-  offload.buffer_count = section.get_integer("buffer_count", defaults.buffer_count, 1, 1024,
-                                             "an integer number of staging buffers in [1, 1024]");
+  // A pass over offloaded parameters reads one unit's shard while it writes the one before
+  // (Note [Parameter offload]): two buffers at least.
+  const int64_t min_buffers = optimizer ? 1 : 2;
+  const std::string buffers_allowed =
+      "an integer number of staging buffers in [" + std::to_string(min_buffers) + ", 1024]";
+  offload.buffer_count = section.get_integer("buffer_count", defaults.buffer_count, min_buffers,
+                                             1024, buffers_allowed.c_str());
   if (optimizer) {
     // DeepSpeed's "pipeline" sets both directions; the specific keys win when given.
     const bool both = section.get_bool("pipeline", defaults.pipeline_read);
@@ -554,7 +553,7 @@ void parse_offload(const ObjectView& zero_view, int stage, OffloadSection which,
     offload.buffer_size = section.get_integer("buffer_size", defaults.buffer_size, 1, kInt64Max,
                                               "an integer number of elements >= 1 (e.g. 1e8)");
     offload.max_in_cpu = section.get_integer("max_in_cpu", defaults.max_in_cpu, 0, kInt64Max,
-                                             "an integer number of elements >= 0 (e.g. 1e9)");
+                                             "an integer number of elements >= 0 (e.g. 1e8)");
   }
 }
 

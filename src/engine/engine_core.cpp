@@ -140,7 +140,7 @@ void EngineCore::finish_load(const TrainingCounters& c) {
 std::string EngineCore::save_checkpoint(const std::string& dir, const std::string& tag,
                                         const std::string& client_state) {
   ZERO_CHECK(!in_backward_, "save_checkpoint during backward");
-  wait_submitted();
+  quiesce();
   return zero::save_checkpoint(*this, dir, tag, client_state);
 }
 
@@ -150,7 +150,7 @@ void EngineCore::check_checkpoint_destination(const std::string& dir) {
 
 std::string EngineCore::load_checkpoint(const std::string& dir, const std::string& tag) {
   ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
-  wait_submitted();
+  quiesce();
   return zero::load_checkpoint(*this, dir, tag);
 }
 
@@ -211,7 +211,7 @@ Placement EngineCore::optimizer_placement() const {
 }
 
 void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent) {
-  if (state_->placement() != Placement::kNvme) {
+  if (state_->placement() != Placement::kNvme && !state_->params().offloaded()) {
     state_->step(grad_multiplier, lr_, lent);
     return;
   }
@@ -229,22 +229,40 @@ StateStoreMaker EngineCore::state_store_maker(at::Device device) {
   ZERO_CHECK(device.is_cpu(), config_.source, ": zero_optimization.offload_optimizer.device = ",
              "\"nvme\" with parameters on ", device, " is not supported yet; allowed here: ",
              "\"none\"");
+  AsyncIo& io = async_io();
+  const SwapDirectory& directory = swap_directory(
+      offload.nvme_path, config_.source + ": zero_optimization.offload_optimizer.nvme_path");
+  return [this, offload, &io, &directory](int parts, int64_t numel, int64_t tile,
+                                          const std::string& name) {
+    std::unique_ptr<StateStore> store;
+    agree_on_failure(*comm_, "NVMe offload", capture_error([&] {
+      store = make_swap_store(parts, numel, tile, offload, io, directory, name);
+    }));
+    return store;
+  };
+}
+
+AsyncIo& EngineCore::async_io() {
   if (!aio_) {
     agree_on_failure(*comm_, "NVMe offload set-up",
                      capture_error([&] { aio_ = std::make_shared<AsyncIo>(config_.aio); }));
   }
-  if (!swap_directory_) {
-    swap_directory_ = std::make_shared<SwapDirectory>(
-        offload.nvme_path, config_.source + ": zero_optimization.offload_optimizer.nvme_path",
-        *comm_);
-  }
-  return [this, offload](int parts, int64_t numel, int64_t tile, const std::string& name) {
-    std::unique_ptr<StateStore> store;
-    agree_on_failure(*comm_, "NVMe offload", capture_error([&] {
-      store = make_swap_store(parts, numel, tile, offload, *aio_, *swap_directory_, name);
-    }));
-    return store;
+  return *aio_;
+}
+
+const SwapDirectory& EngineCore::swap_directory(const std::string& nvme_path,
+                                                const std::string& key) {
+  // One directory per file system path, however it is spelled ("/x" and "/x/").
+  auto canonical = [](const std::string& path) {
+    std::error_code error;
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, error);
+    return error ? path : resolved.string();
   };
+  for (const auto& directory : swap_directories_) {
+    if (canonical(directory->nvme_path()) == canonical(nvme_path)) return *directory;
+  }
+  swap_directories_.push_back(std::make_shared<SwapDirectory>(nvme_path, key, *comm_));
+  return *swap_directories_.back();
 }
 
 WorkHandle EngineCore::submit(std::function<void()> task) {
@@ -315,7 +333,7 @@ void EngineCore::step() {
 
 // Note [Gradient scaling].
 void EngineCore::boundary_step() {
-  wait_submitted();
+  quiesce();
   at::Tensor total =
       at::full({1}, local_sum_of_squares(), at::TensorOptions().dtype(at::kDouble));
   counted(comm_->all_reduce(total, ReduceOp::kSum))->wait();

@@ -108,6 +108,11 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// offload_optimizer "nvme" (the swap directory, and each swap file, are made by every rank
   /// or by none: Note [Agreeing on a failure]); so is every call of what it returns.
   StateStoreMaker state_store_maker(at::Device device);
+  /// NVMe offload's I/O threads, started on first use (collective then).
+  AsyncIo& async_io();
+  /// The swap directory under `nvme_path` (`key` names it in errors), made on first use
+  /// (collective then): offload_optimizer's and offload_param's are one when their paths are.
+  const SwapDirectory& swap_directory(const std::string& nvme_path, const std::string& key);
   /// The optimizer step of the shard state (ShardState::step). Offloaded to NVMe it is a disk
   /// pass that can fail on one rank (a swap file changed under the run): then every rank throws
   /// (Note [Agreeing on a failure]), at the cost of one small collective per step.
@@ -126,6 +131,12 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// Waits for everything submitted so far (they complete in order: the last one suffices);
   /// rethrows the first failure.
   void wait_submitted();
+  /// Before the shard state is read or written in whole (an optimizer step, a checkpoint save
+  /// or load): waits for everything submitted and settles what the stage keeps in flight
+  /// beyond it. Stage 3 releases prefetched gathers, whose values a step or load makes stale
+  /// and whose parameter leases (Note [Parameter offload]) a pass over the shard space may not
+  /// meet.
+  virtual void quiesce() { wait_submitted(); }
   /// Puts a post hook on each parameter's AccumulateGrad node calling on_gradient_ready(i).
   void register_gradient_hooks(const std::vector<at::Tensor>& params,
                                const std::vector<std::string>& names);
@@ -149,7 +160,7 @@ class EngineCore : public Engine, public CheckpointSubject {
 
   // NVMe offload (Note [NVMe offload]): declared before state_, whose swap files they outlive.
   std::shared_ptr<AsyncIo> aio_;
-  std::shared_ptr<SwapDirectory> swap_directory_;
+  std::vector<std::shared_ptr<SwapDirectory>> swap_directories_;
   std::unique_ptr<ShardState> state_;  // Note [Shard state]; made by the stage
   std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
   LossScaler scaler_;

@@ -181,7 +181,9 @@ void FlatEngine::allocate_state() {
   // Every rank starts from rank 0's parameters; the master weights are made from them.
   counted(comm_->broadcast(params_flat_, 0))->wait();
   state_ = std::make_unique<ShardState>(
-      config_.optimizer, params_flat_.narrow(0, update_range_.begin, update_range_.size()),
+      config_.optimizer,
+      std::make_shared<ParamStore>(
+          params_flat_.narrow(0, update_range_.begin, update_range_.size())),
       full_gradients ? std::nullopt : std::optional<at::ScalarType>(grad_shard_dtype_),
       config_.zero_optimization.sub_group_size, optimizer_placement(),
       state_store_maker(params_flat_.device()),

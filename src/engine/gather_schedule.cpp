@@ -98,4 +98,9 @@ void GatherSchedule::abandon() {
   cursor_ = 0;
 }
 
+std::vector<int> GatherSchedule::upcoming() const {
+  if (!replaying_ || cursor_ >= trace_.size()) return {};
+  return std::vector<int>(trace_.begin() + static_cast<std::ptrdiff_t>(cursor_), trace_.end());
+}
+
 }  // namespace zero

@@ -80,6 +80,9 @@ class GatherSchedule {
   /// adopt().
   void abandon();
 
+  /// The rest of the trace after the last fetch, in order (empty unless replaying).
+  std::vector<int> upcoming() const;
+
   bool replaying() const { return replaying_; }
   const std::vector<int>& trace() const { return trace_; }
   /// Traces departed from so far.

@@ -52,6 +52,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/capture_error.h"
 #include "engine/engine_core.h"
 #include "engine/fingerprint.h"
 #include "engine/flat_group.h"
@@ -60,6 +61,7 @@
 #include "engine/parameter_access.h"
 #include "engine/unit_grouping.h"
 #include "engine/unit_registry.h"
+#include "state/param_store.h"
 #include "zero/error.h"
 #include "zero/shard.h"
 
@@ -82,6 +84,8 @@ struct Group : FlatGroup {
   at::Tensor full;           // param dtype, padded_numel; the parameters are views of it
   GroupState state = GroupState::kReleased;
   WorkHandle gather;        // the gather in flight
+  ParamStore::Lease lease;   // its shard, held until the gather has finished
+  std::shared_ptr<std::exception_ptr> gather_failure;  // set when the ranks gave the gather up
   at::Tensor gathered;       // the pooled buffer `full` points into while gathered
   int in_use = 0;            // running unit calls that need it
   int pins = 0;              // GatheredParameters scopes holding it
@@ -127,15 +131,23 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void apply_update(double grad_multiplier) override;
   void zero_gradients() override;
   void reload_parameters() override;
+  void quiesce() override;
 
   void collect_parameters();
   std::string describe_parameters() const;
   void partition();
+  void make_param_store();
   // Gathering.
   void issue_gather(int g);
-  void all_gather_group(int g, const at::Tensor& output);
-  void wait_gathered(int g);
+  void all_gather_group(int g, const at::Tensor& input, const at::Tensor& output);
+  void read_ahead();
+  // Waits for group g's gather (if in flight) and releases its shard's lease; rethrows a
+  // failed read of an offloaded shard only when `report_read_failure`.
+  void wait_gathered(int g, bool report_read_failure = true);
+  // Group g's parameters lose their gathered storage, which goes back to the pool: released.
+  void detach_gathered(int g);
   void release(int g);
+  void release_prefetched();
   void fetch(int g, bool training, FetchMode mode);
   void prefetch();
   void enforce_live_budget();
@@ -155,9 +167,11 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   int64_t num_parameters_ = 0;
   int64_t shard_numel_ = 0;  // this rank's shard space
 
-  // Param dtype, the shard space (this rank's shard of every group): the source of every
-  // gather, and the copy the shard state's updates write (Note [Shard state]).
-  at::Tensor param_shard_;
+  // Param dtype, the shard space (this rank's shard of every group, one segment per group):
+  // the source of every gather, and the copy the shard state's updates write (Note [Shard
+  // state]); in memory or, with offload_param "nvme", on NVMe (Note [Parameter offload]).
+  std::shared_ptr<ParamStore> param_store_;
+  at::TensorOptions shard_options_;  // param dtype, on the parameters' device
   std::vector<StateSegment> owned_segments() const;  // this rank's shard space, by parameter
   BufferPool pool_;  // gathered parameters and gradients in flight
 
@@ -346,8 +360,11 @@ std::string Stage3Engine::describe_parameters() const {
 // Groups partitioned while the model was built (zero::ShardedInit) are adopted as they are.
 void Stage3Engine::partition() {
   const auto device = params_.front().tensor.device();
-  const auto options = at::TensorOptions().device(device);
-  param_shard_ = at::empty({shard_numel_}, options.dtype(param_dtype_));
+  shard_options_ = at::TensorOptions().device(device).dtype(param_dtype_);
+  make_param_store();
+  // A write to NVMe that fails on one rank must not leave the others in the next broadcast:
+  // the first failure is kept and every rank agrees on it after the loop.
+  std::string write_error;
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     Group& group = groups_[g];
     std::vector<at::Tensor> members;
@@ -364,32 +381,73 @@ void Stage3Engine::partition() {
     ZERO_INTERNAL_ASSERT(partitioned.layout.padded_numel == group.layout.padded_numel,
                          "group ", group.name, " partitioned with ", partitioned.layout.padded_numel,
                          " elements, expected ", group.layout.padded_numel);
-    param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel).copy_(partitioned.shard);
+    if (write_error.empty()) {
+      write_error = capture_error([&] { param_store_->write(group.shard_offset, partitioned.shard); });
+    }
     group.full = partitioned.full;
     group.state = group.persistent ? GroupState::kGathered : GroupState::kReleased;
   }
-  // offload_param "cpu": the partitioned shards in host memory, where CPU ranks keep them.
-  ZERO_CHECK(config_.zero_optimization.offload_param.device == OffloadDevice::kNone ||
-                 param_shard_.device().is_cpu(),
-             config_.source, ": zero_optimization.offload_param.device = \"cpu\" with ",
-             "parameters on ", param_shard_.device(), " is not supported yet; allowed here: ",
-             "\"none\"");
+  agree_on_failure(*comm_, "writing the parameter shards", write_error);
   const std::vector<StateSegment> owned = owned_segments();
-  state_ = std::make_unique<ShardState>(config_.optimizer, param_shard_, grad_shard_dtype_,
-                                        config_.zero_optimization.sub_group_size,
-                                        optimizer_placement(),
-                                        state_store_maker(param_shard_.device()), owned, owned);
+  // The master weights start from the shards, read from NVMe when offloaded: a failure on one
+  // rank fails every rank (the store maker agrees on its own failures, on every rank alike).
+  const StateStoreMaker make_store = state_store_maker(device);
+  agree_on_failure(*comm_, "making the shard state", capture_error([&] {
+    state_ = std::make_unique<ShardState>(config_.optimizer, param_store_, grad_shard_dtype_,
+                                          config_.zero_optimization.sub_group_size,
+                                          optimizer_placement(), make_store, owned, owned);
+  }));
+}
+
+// The shard space's store: one segment per group, in memory, or with offload_param "nvme" in a
+// swap file but for the persistent group and max_in_cpu elements (Note [Parameter offload]).
+void Stage3Engine::make_param_store() {
+  const OffloadConfig& offload = config_.zero_optimization.offload_param;
+  // offload_param "cpu": the partitioned shards in host memory, where CPU ranks keep them.
+  ZERO_CHECK(offload.device == OffloadDevice::kNone || shard_options_.device().is_cpu(),
+             config_.source, ": zero_optimization.offload_param.device = \"",
+             offload.device == OffloadDevice::kNvme ? "nvme" : "cpu", "\" with parameters on ",
+             shard_options_.device(), " is not supported yet; allowed here: \"none\"");
+  std::vector<int64_t> numel;
+  std::vector<bool> persistent;
+  for (const Group& group : groups_) {
+    numel.push_back(group.layout.shard_numel);
+    persistent.push_back(group.persistent);
+  }
+  if (offload.device != OffloadDevice::kNvme) {
+    param_store_ = std::make_shared<ParamStore>(at::empty({shard_numel_}, shard_options_),
+                                                param_segments(numel, persistent, shard_numel_));
+    return;
+  }
+  const std::vector<ParamStore::Segment> segments =
+      param_segments(numel, persistent, offload.max_in_cpu);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    ZERO_CHECK(!segments[g].swapped || segments[g].numel <= offload.buffer_size, config_.source,
+               ": zero_optimization.offload_param.buffer_size = ", offload.buffer_size,
+               " elements is smaller than this rank's shard of unit '", groups_[g].name, "' (",
+               segments[g].numel, " elements), which must fit in one buffer; allowed: >= ",
+               segments[g].numel, " at this world size");
+  }
+  AsyncIo& io = async_io();
+  const SwapDirectory& directory =
+      swap_directory(offload.nvme_path, config_.source + ": zero_optimization.offload_param.nvme_path");
+  agree_on_failure(*comm_, "NVMe offload", capture_error([&] {
+    param_store_ = std::make_shared<ParamStore>(param_dtype_, segments, offload, io, directory,
+                                                "parameters");
+  }));
 }
 
 ModelStateBytes Stage3Engine::model_state_bytes() const {
   ModelStateBytes bytes;
-  bytes.params = param_shard_.nbytes();
+  bytes.params = shard_numel_ * static_cast<int64_t>(c10::elementSize(param_dtype_));
   if (persistent_group_ >= 0) bytes.params += groups_[persistent_group_].full.nbytes();
   bytes.grads = state_->gradient_bytes();
   bytes.master_params = state_->master_bytes();
   bytes.optimizer_state = state_->moment_bytes();
   bytes.on_nvme = state_->file_bytes() > 0 ? bytes.master_params + bytes.optimizer_state : 0;
-  bytes.staging = state_->staging_bytes();
+  bytes.params_on_nvme = param_store_->swapped_bytes();
+  bytes.on_nvme += bytes.params_on_nvme;
+  bytes.staging = state_->staging_bytes() + param_store_->staging_bytes();
   bytes.gathered_peak =
       live_peak_numel_ * static_cast<int64_t>(c10::elementSize(compute_dtype_));
   return bytes;
@@ -401,54 +459,123 @@ void Stage3Engine::issue_gather(int g) {
   Group& group = groups_[g];
   ZERO_INTERNAL_ASSERT(group.state == GroupState::kReleased, "gather of ", group.name,
                        " while it is not released");
+  // An offloaded shard needs a slot (Note [Parameter offload]); when gathers in flight hold
+  // them all, the oldest is waited for, which frees its slot.
+  while (!param_store_->can_lease(g)) {
+    int oldest = -1;
+    for (int h = 0; h < static_cast<int>(groups_.size()) && oldest < 0; ++h) {
+      if (groups_[h].state == GroupState::kInFlight) oldest = h;
+    }
+    ZERO_INTERNAL_ASSERT(oldest >= 0, "no parameter slot for ", group.name,
+                         " and no gather in flight to free one");
+    wait_gathered(oldest);
+  }
   const int64_t padded = group.layout.padded_numel;
-  at::Tensor buffer = pool_.acquire(padded, param_shard_.options().dtype(compute_dtype_));
+  at::Tensor buffer = pool_.acquire(padded, shard_options_.dtype(compute_dtype_));
   group.gathered = buffer;
   attach_storage(group.full, buffer);
   group.state = GroupState::kInFlight;
   live_numel_ += padded;
   live_peak_numel_ = std::max(live_peak_numel_, live_numel_);
   at::Tensor output = buffer.narrow(0, 0, padded);
-  group.gather = submit([this, g, output] { all_gather_group(g, output); });
+  group.lease = param_store_->lease(g);
+  const ParamStore::Lease lease = group.lease;
+  // The read of an offloaded shard is waited for on the communicator's thread, so it overlaps
+  // whatever the main thread computes until the gather is needed.
+  const bool offloaded = param_store_->offloaded();
+  auto failure = std::make_shared<std::exception_ptr>();
+  group.gather_failure = failure;
+  group.gather = submit([this, g, lease, output, offloaded, failure] {
+    if (offloaded) {
+      // A rank whose read failed (a swap file changed under the run, an I/O error) must not
+      // leave the others in the all-gather: every rank agrees first (Note [Agreeing on a
+      // failure]), and then none gathers; the error is thrown on the main thread (wait_gathered),
+      // so the communicator's queue goes on.
+      try {
+        agree_on_failure(*comm_, "reading the parameter shard of unit '" + groups_[g].name + "'",
+                         capture_error([&] { AsyncIo::wait(lease.ready); }));
+      } catch (const Error&) {
+        *failure = std::current_exception();
+        return;
+      }
+    }
+    all_gather_group(g, lease.shard, output);
+  });
 }
 
 // Gathers group g's shards into `output` (compute dtype, padded_numel elements): directly,
 // or through a 16-bit staging buffer widened into it. Written through `output`, a tensor of
 // its own: the parameters' version counters are not bumped (Note [Stage 3 units]).
-void Stage3Engine::all_gather_group(int g, const at::Tensor& output) {
+void Stage3Engine::all_gather_group(int g, const at::Tensor& input, const at::Tensor& output) {
   const Group& group = groups_[g];
-  const at::Tensor input = param_shard_.narrow(0, group.shard_offset, group.layout.shard_numel);
   if (compute_dtype_ == param_dtype_) {
     counted(comm_->all_gather(input, output))->wait();
     return;
   }
   const int64_t padded = group.layout.padded_numel;
-  at::Tensor staging = pool_.acquire(padded, param_shard_.options());
+  at::Tensor staging = pool_.acquire(padded, shard_options_);
   const at::Tensor stored = staging.narrow(0, 0, padded);
   counted(comm_->all_gather(input, stored))->wait();
   output.copy_(stored);
   pool_.put(std::move(staging));
 }
 
-void Stage3Engine::wait_gathered(int g) {
+void Stage3Engine::wait_gathered(int g, bool report_read_failure) {
   Group& group = groups_[g];
-  if (group.state == GroupState::kInFlight) {
-    group.gather->wait();
-    group.gather = nullptr;
-    group.state = GroupState::kGathered;
+  if (group.state != GroupState::kInFlight) return;
+  const WorkHandle gather = std::move(group.gather);
+  group.gather = nullptr;
+  const ParamStore::Lease lease = std::move(group.lease);
+  group.lease = ParamStore::Lease{};
+  const std::shared_ptr<std::exception_ptr> failure = std::move(group.gather_failure);
+  group.gather_failure = nullptr;
+  try {
+    gather->wait();
+  } catch (...) {
+    param_store_->release(lease);
+    detach_gathered(g);
+    throw;
   }
+  param_store_->release(lease);
+  if (failure && *failure) {
+    detach_gathered(g);
+    if (report_read_failure) std::rethrow_exception(*failure);
+    return;
+  }
+  group.state = GroupState::kGathered;
 }
 
-void Stage3Engine::release(int g) {
+void Stage3Engine::detach_gathered(int g) {
   Group& group = groups_[g];
-  if (group.persistent || group.state == GroupState::kReleased) return;
-  wait_gathered(g);  // the buffer may not go back to the pool while the gather writes it
   detach_storage(group.full, group.name);
   pool_.put(std::move(group.gathered));
   group.gathered = at::Tensor();
   group.state = GroupState::kReleased;
   group.prefetched = false;
   live_numel_ -= group.layout.padded_numel;
+}
+
+void Stage3Engine::release(int g) {
+  Group& group = groups_[g];
+  if (group.persistent || group.state == GroupState::kReleased) return;
+  // The buffer may not go back to the pool while the gather writes it. A shard that could not
+  // be read does not matter to a release: nothing will use what was not gathered.
+  wait_gathered(g, /*report_read_failure=*/false);
+  if (group.state == GroupState::kReleased) return;  // that gather gathered nothing
+  detach_gathered(g);
+}
+
+// Gathers issued ahead and not yet used: released (they are gathered again on use).
+void Stage3Engine::release_prefetched() {
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    const Group& group = groups_[g];
+    if (group.prefetched && group.pins == 0 && group.in_use == 0) release(g);
+  }
+}
+
+void Stage3Engine::quiesce() {
+  wait_submitted();
+  release_prefetched();
 }
 
 // Makes group g whole for a unit call; Note [Stage 3 trace and prefetch].
@@ -476,7 +603,10 @@ void Stage3Engine::fetch(int g, bool training, FetchMode mode) {
   if (group.state == GroupState::kReleased) issue_gather(g);
   group.prefetched = false;
   wait_gathered(g);
-  if (training) prefetch();
+  if (training) {
+    prefetch();
+    read_ahead();
+  }
 }
 
 void Stage3Engine::prefetch() {
@@ -489,6 +619,23 @@ void Stage3Engine::prefetch() {
     issue_gather(g);
     groups_[g].prefetched = true;
   }
+}
+
+// Offloaded shards of the groups the trace fetches next (those gathered now are skipped until
+// they come up again), read into free slots (Note [Parameter offload]).
+void Stage3Engine::read_ahead() {
+  if (!param_store_->offloaded() || !schedule_->replaying()) return;
+  std::vector<int> upcoming;
+  std::vector<bool> seen(groups_.size(), false);
+  const size_t wanted = static_cast<size_t>(config_.zero_optimization.offload_param.buffer_count);
+  for (int g : schedule_->upcoming()) {
+    if (upcoming.size() == wanted) break;
+    const bool first = !seen[g];
+    seen[g] = true;
+    if (first && groups_[g].state != GroupState::kReleased) continue;  // its gather holds it
+    if (std::find(upcoming.begin(), upcoming.end(), g) == upcoming.end()) upcoming.push_back(g);
+  }
+  param_store_->read_ahead(upcoming);
 }
 
 // Keeps gathered-but-idle groups within stage3_max_live_parameters, dropping those whose
@@ -590,7 +737,7 @@ void Stage3Engine::on_gradient_ready(int index) {
   if (grad.defined()) {
     if (!group.grad_buffer.defined()) {
       pool_.acquire_gradients(group, group.layout.padded_numel,
-                              param_shard_.options().dtype(comm_dtype_));
+                              shard_options_.dtype(comm_dtype_));
     }
     group.grad_buffer.narrow(0, p.offset, p.numel).copy_(grad.reshape({-1}));
     p.tensor.mutable_grad().reset();  // the full-size gradient is not kept
@@ -607,7 +754,7 @@ void Stage3Engine::launch_reduction(int g) {
   group.reduced = true;
   if (!group.grad_buffer.defined()) {  // no gradient arrived: contribute zeros
     pool_.acquire_gradients(group, group.layout.padded_numel,
-                            param_shard_.options().dtype(comm_dtype_));
+                            shard_options_.dtype(comm_dtype_));
   }
   submit([this, g] { reduce_group(g); });
 }
@@ -672,9 +819,11 @@ void Stage3Engine::gather_persistent() {
   at::NoGradGuard no_grad;
   // Through a tensor of its own sharing full's storage, like every gather.
   const Group& group = groups_[persistent_group_];
-  all_gather_group(persistent_group_,
+  const ParamStore::Lease lease = param_store_->lease(persistent_group_);  // always in memory
+  all_gather_group(persistent_group_, lease.shard,
                    at::from_blob(group.full.data_ptr(), {group.layout.padded_numel},
                                  group.full.options()));
+  param_store_->release(lease);
 }
 
 void Stage3Engine::zero_gradients() { state_->gradient().zero_(); }
@@ -705,10 +854,12 @@ std::vector<StateSegment> Stage3Engine::owned_segments() const {
 void Stage3Engine::reload_parameters() {
   at::NoGradGuard no_grad;
   ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
-  wait_submitted();
+  quiesce();
   // The 16-bit shard is the master weights rounded, exactly as the optimizer writes it; the
-  // gathered copies are stale, so everything is released and re-gathered on use.
-  state_->round_params_from_master();
+  // gathered copies are stale, so everything is released and re-gathered on use. Offloaded,
+  // the rounding writes swap files and can fail on one rank: every rank agrees.
+  agree_on_failure(*comm_, "load_checkpoint (rounding the parameters from the master weights)",
+                   capture_error([&] { state_->round_params_from_master(); }));
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
     ZERO_CHECK(groups_[g].pins == 0, "load_checkpoint while a zero::GatheredParameters holds unit '",
                groups_[g].name, "'");
@@ -747,6 +898,9 @@ void Stage3Engine::pin(const std::vector<at::Tensor>& params) {
 void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_rank) {
   const std::vector<int> groups = groups_of(params);
   at::NoGradGuard no_grad;
+  // Writing the shards may need every parameter slot (Note [Parameter offload]): gathers
+  // issued ahead give theirs back first (a forward that needs them gathers them again).
+  if (modifier_rank >= 0) release_prefetched();
   for (int g : groups) {
     Group& group = groups_[g];
     if (modifier_rank >= 0) {
@@ -757,10 +911,15 @@ void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_ran
       if (compute_dtype_ != param_dtype_) group.full.copy_(group.full.to(param_dtype_));
       const Range owned = group.layout.owned(rank_);
       at::Tensor source = group.full.narrow(0, owned.begin, owned.size());
-      param_shard_.narrow(0, group.shard_offset, owned.size()).copy_(source);
-      if (param_dtype_ != at::kFloat) {
-        state_->write_master(group.shard_offset, source);
-      }
+      // Offloaded, the writes go to swap files and can fail on one rank: every rank agrees
+      // before the next group's broadcast (Note [Agreeing on a failure]).
+      agree_on_failure(*comm_, "writing the modified parameters of unit '" + group.name + "'",
+                       capture_error([&] {
+                         param_store_->write(group.shard_offset, source);
+                         if (param_dtype_ != at::kFloat) {
+                           state_->write_master(group.shard_offset, source);
+                         }
+                       }));
     }
     if (!group.persistent) {
       ZERO_INTERNAL_ASSERT(group.pins > 0, "unpin of group ", group.name, " that is not pinned");

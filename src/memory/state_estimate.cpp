@@ -10,6 +10,7 @@
 
 #include "common/capture_error.h"
 #include "common/host.h"
+#include "offload/swap_file.h"
 #include "state/state_store.h"
 #include "zero/error.h"
 #include "zero/memory.h"
@@ -64,32 +65,71 @@ StateEstimate estimate_state(const Config& config, int64_t num_parameters) {
     e.staging = swap.memory;
     e.in_memory += e.staging - e.master_params - e.optimizer_state;
   }
+  const OffloadConfig& offload_param = zero.offload_param;
+  if (zero.stage == 3 && offload_param.device == OffloadDevice::kNvme) {
+    // Note [Parameter offload]: max_in_cpu elements stay; the slots hold the largest unit
+    // shard, which the config does not fix: buffer_size is its bound.
+    const int64_t swapped = std::max<int64_t>(0, shard - offload_param.max_in_cpu);
+    const int64_t slots = std::max<int64_t>(2, offload_param.buffer_count);
+    const int64_t staging =
+        swapped > 0 ? slots * align_up(std::min(offload_param.buffer_size, swapped) * param) : 0;
+    e.params_on_nvme = swapped * param;
+    e.on_nvme += e.params_on_nvme;
+    e.staging += staging;
+    e.in_memory += staging - e.params_on_nvme;
+  }
   return e;
 }
 
 std::string check_state_fits(const Config& config, int64_t num_parameters, Communicator& comm) {
   const StateEstimate e = estimate_state(config, num_parameters);
-  const OffloadConfig& offload = config.zero_optimization.offload_optimizer;
-  const bool nvme = offload.device == OffloadDevice::kNvme;
-  // Each rank says where it is: its host and what the host has, and its swap file system.
-  struct statvfs space {};
-  bool have_space = false;
-  if (nvme) have_space = ::statvfs(offload.nvme_path.c_str(), &space) == 0;
+  const ZeroOptimizationConfig& zero = config.zero_optimization;
+  // What goes where on disk: each offload section's file under its own nvme_path.
+  struct SwapTarget {
+    std::string key;
+    std::string path;
+    int64_t bytes;
+  };
+  std::vector<SwapTarget> targets;
+  if (zero.offload_optimizer.device == OffloadDevice::kNvme) {
+    targets.push_back({"zero_optimization.offload_optimizer.nvme_path",
+                       zero.offload_optimizer.nvme_path, e.on_nvme - e.params_on_nvme});
+  }
+  if (e.params_on_nvme > 0) {
+    targets.push_back({"zero_optimization.offload_param.nvme_path", zero.offload_param.nvme_path,
+                       e.params_on_nvme});
+  }
+  const bool nvme = !targets.empty();
+  // Each rank says where it is: its host and what the host has, and per target the file
+  // system and its free space.
+  std::vector<struct statvfs> spaces(targets.size());
+  std::vector<bool> have_space(targets.size(), false);
   std::ostringstream mine;
-  mine << host_name() << " " << memory_available() << " "
-       << (have_space ? std::to_string(space.f_fsid) : std::string("-")) << " "
-       << (have_space ? static_cast<int64_t>(space.f_bavail) * static_cast<int64_t>(space.f_frsize)
-                      : int64_t{-1});
+  mine << host_name() << " " << memory_available();
+  for (size_t t = 0; t < targets.size(); ++t) {
+    have_space[t] = ::statvfs(targets[t].path.c_str(), &spaces[t]) == 0;
+    mine << " " << (have_space[t] ? std::to_string(spaces[t].f_fsid) : std::string("-")) << " "
+         << (have_space[t] ? static_cast<int64_t>(spaces[t].f_bavail) *
+                                 static_cast<int64_t>(spaces[t].f_frsize)
+                           : int64_t{-1});
+  }
   const std::vector<std::string> all = all_gather_texts(comm, mine.str());
-  std::map<std::string, std::pair<int, int64_t>> hosts;        // ranks, MemAvailable
-  std::map<std::string, std::pair<int, int64_t>> file_systems;  // ranks, free bytes
+  std::map<std::string, std::pair<int, int64_t>> hosts;     // ranks, MemAvailable
+  std::map<std::string, std::pair<int64_t, int64_t>> disks;  // bytes wanted, free bytes
   for (const std::string& text : all) {
     std::istringstream in(text);
-    std::string host, fsid;
-    int64_t available = 0, free_bytes = 0;
-    in >> host >> available >> fsid >> free_bytes;
+    std::string host;
+    int64_t available = 0;
+    in >> host >> available;
     hosts[host] = {hosts[host].first + 1, available};
-    if (fsid != "-") file_systems[host + ":" + fsid] = {file_systems[host + ":" + fsid].first + 1, free_bytes};
+    for (size_t t = 0; t < targets.size(); ++t) {
+      std::string fsid;
+      int64_t free_bytes = 0;
+      in >> fsid >> free_bytes;
+      if (fsid == "-") continue;
+      auto& disk = disks[host + ":" + fsid];
+      disk = {disk.first + targets[t].bytes, free_bytes};
+    }
   }
   const std::string here = host_name();
   std::string account = "model state per rank: " + gib(e.in_memory) + " in memory";
@@ -98,26 +138,32 @@ std::string check_state_fits(const Config& config, int64_t num_parameters, Commu
     const auto& [ranks, available] = hosts.at(here);
     const int64_t needed = ranks * e.in_memory;
     if (available >= 0) {
-      std::string remedies = nvme ? "lower zero_optimization.sub_group_size or "
-                                    "offload_optimizer.buffer_count, "
-                                  : "offload the optimizer state to NVMe "
-                                    "(zero_optimization.offload_optimizer.device \"nvme\"), ";
-      if (config.zero_optimization.stage < 3) remedies += "use a higher stage, ";
+      std::string remedies;
+      if (zero.offload_optimizer.device == OffloadDevice::kNvme) {
+        remedies += "lower zero_optimization.sub_group_size or offload_optimizer.buffer_count, ";
+      } else {
+        remedies += "offload the optimizer state to NVMe "
+                    "(zero_optimization.offload_optimizer.device \"nvme\"), ";
+      }
+      if (zero.stage == 3 && zero.offload_param.device != OffloadDevice::kNvme) {
+        remedies += "offload the parameters to NVMe (zero_optimization.offload_param.device "
+                    "\"nvme\"), ";
+      }
+      if (zero.stage < 3) remedies += "use a higher stage, ";
       ZERO_CHECK(needed <= available, config.source, ": ", account, "; the ", ranks,
                  " rank(s) on ", here, " need ", gib(needed),
                  " of memory for it (activations and gathered parameters come on top), but ",
                  gib(available), " is available (MemAvailable); ", remedies,
                  "or spread the ranks over more machines");
     }
-    if (nvme) {
-      ZERO_CHECK(have_space, config.source, ": cannot read the free space under "
-                 "zero_optimization.offload_optimizer.nvme_path = \"", offload.nvme_path, "\"");
-      const std::string key = here + ":" + std::to_string(space.f_fsid);
-      const auto& [writers, free_bytes] = file_systems.at(key);
-      ZERO_CHECK(writers * e.on_nvme <= free_bytes, config.source, ": ", account, "; the ",
-                 writers, " rank(s) writing to zero_optimization.offload_optimizer.nvme_path = \"",
-                 offload.nvme_path, "\" need ", gib(writers * e.on_nvme), " there, but ",
-                 gib(free_bytes), " is free");
+    for (size_t t = 0; t < targets.size(); ++t) {
+      const SwapTarget& target = targets[t];
+      ZERO_CHECK(have_space[t], config.source, ": cannot read the free space under ", target.key,
+                 " = \"", target.path, "\"");
+      const auto& [wanted, free_bytes] = disks.at(here + ":" + std::to_string(spaces[t].f_fsid));
+      ZERO_CHECK(wanted <= free_bytes, config.source, ": ", account, "; the swap files of the ",
+                 "rank(s) on ", here, " need ", gib(wanted), " on the file system of ", target.key,
+                 " = \"", target.path, "\", but ", gib(free_bytes), " is free");
     }
   }));
   return account;

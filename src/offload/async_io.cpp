@@ -132,6 +132,12 @@ AsyncIo::Ticket AsyncIo::submit(int fd, char* buffer, int64_t bytes, int64_t off
   return transfer;
 }
 
+AsyncIo::Ticket AsyncIo::failed(const std::string& error) {
+  auto ticket = std::make_shared<Transfer>();
+  ticket->error = error;
+  return ticket;
+}
+
 void AsyncIo::wait(const Ticket& ticket) {
   if (!ticket) return;
   std::unique_lock<std::mutex> lock(ticket->mutex);

@@ -61,6 +61,9 @@ class AsyncIo {
   Ticket write(int fd, const void* buffer, int64_t bytes, int64_t offset,
                const std::string& path);
 
+  /// A finished transfer that failed with `error` (a check that failed before the transfer
+  /// could start, reported to its waiter like a failed transfer).
+  static Ticket failed(const std::string& error);
   /// Blocks until the transfer finished; throws zero::Error if any part of it failed. A null
   /// ticket is a finished one.
   static void wait(const Ticket& ticket);

@@ -8,7 +8,7 @@
 
 namespace zero {
 
-ShardState::ShardState(const OptimizerConfig& optimizer, at::Tensor params,
+ShardState::ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamStore> params,
                        std::optional<at::ScalarType> gradient_dtype, int64_t tile_numel,
                        Placement placement, const StateStoreMaker& make_store,
                        std::vector<StateSegment> saved, std::vector<StateSegment> loaded)
@@ -19,12 +19,11 @@ ShardState::ShardState(const OptimizerConfig& optimizer, at::Tensor params,
       make_store_(make_store),
       saved_(std::move(saved)),
       loaded_(std::move(loaded)) {
-  ZERO_INTERNAL_ASSERT(params_.defined() && params_.dim() == 1 && params_.is_contiguous(),
-                       "shard state over a parameter copy that is not flat and contiguous");
-  ZERO_CHECK(placement_ == Placement::kDevice || params_.device().is_cpu(),
+  ZERO_INTERNAL_ASSERT(params_ != nullptr, "shard state without a parameter copy");
+  ZERO_CHECK(placement_ == Placement::kDevice || params_->device().is_cpu(),
              "zero_optimization.offload_optimizer.device = \"",
              placement_ == Placement::kNvme ? "nvme" : "cpu", "\" with parameters on ",
-             params_.device(), " is not supported yet (moving the optimizer state off the ",
+             params_->device(), " is not supported yet (moving the optimizer state off the ",
              "device); allowed here: \"none\"");
   part_names_.push_back("master");
   for (const std::string& name : optimizer_.moment_names()) part_names_.push_back(name);
@@ -33,14 +32,18 @@ ShardState::ShardState(const OptimizerConfig& optimizer, at::Tensor params,
   if (master_in_store()) {
     // The master weights start as the parameters, a tile at a time (an offloaded store never
     // has the whole fp32 copy in memory).
+    ParamStore::Pass pass = params_->pass(/*read=*/true, /*write=*/false);
     store_->for_each_tile(
         [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
-          parts[0].copy_(params_.narrow(0, begin, end - begin));
+          parts[0].copy_(pass.tile(begin, end - begin));
         },
         /*write_back=*/true);
+    pass.finish();
   }
   if (gradient_dtype) {
-    gradient_ = at::zeros({params_.numel()}, params_.options().dtype(*gradient_dtype));
+    gradient_ = at::zeros({numel()}, at::TensorOptions()
+                                         .dtype(*gradient_dtype)
+                                         .device(params_->device()));
   }
 }
 
@@ -48,7 +51,7 @@ void ShardState::read_part(int part, int64_t offset, const at::Tensor& out) cons
   ZERO_INTERNAL_ASSERT(part >= 0 && part < static_cast<int>(part_names_.size()), "state part ",
                        part, " of ", part_names_.size());
   if (part == 0 && !master_in_store()) {
-    out.copy_(params_.narrow(0, offset, out.numel()));
+    params_->read(offset, out);
     return;
   }
   store_->read(master_in_store() ? part : part - 1, offset, out);
@@ -71,10 +74,12 @@ void ShardState::commit(StateStore& staging) {
                        "staging state of another shape");
   const int first = master_in_store() ? 0 : 1;
   if (!master_in_store()) {
+    ParamStore::Pass pass = params_->pass(/*read=*/false, /*write=*/true);
     for (int64_t begin = 0; begin < numel(); begin += staging.tile_numel()) {
       const int64_t n = std::min(numel() - begin, staging.tile_numel());
-      staging.read(0, begin, params_.narrow(0, begin, n));
+      staging.read(0, begin, pass.tile(begin, n));
     }
+    pass.finish();
   }
   store_->for_each_tile(
       [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
@@ -102,24 +107,29 @@ void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent)
   const bool fp32 = !master_in_store();
   optimizer_.begin_step();
   std::vector<at::Tensor> moments;
+  // fp32 parameters are their own master weights: the pass reads them too.
+  ParamStore::Pass pass = params_->pass(/*read=*/fp32, /*write=*/true);
   store_->for_each_tile(
       [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
         const int64_t n = end - begin;
-        const at::Tensor param_tile = params_.narrow(0, begin, n);
+        const at::Tensor param_tile = pass.tile(begin, n);
         moments.assign(parts.begin() + (fp32 ? 0 : 1), parts.end());
         optimizer_.update(fp32 ? param_tile : parts[0], grad.narrow(0, begin, n),
                           fp32 ? at::Tensor() : param_tile, moments, grad_multiplier, lr);
       },
       /*write_back=*/true);
+  pass.finish();
 }
 
 void ShardState::round_params_from_master() {
   if (!master_in_store()) return;
+  ParamStore::Pass pass = params_->pass(/*read=*/false, /*write=*/true);
   store_->for_each_tile(
       [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
-        params_.narrow(0, begin, end - begin).copy_(parts[0]);
+        pass.tile(begin, end - begin).copy_(parts[0]);
       },
       /*write_back=*/false);
+  pass.finish();
 }
 
 }  // namespace zero

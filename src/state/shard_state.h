@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "optim/shard_optimizer.h"
+#include "state/param_store.h"
 #include "state/state_store.h"
 #include "state/training_state.h"
 #include "zero/config.h"
@@ -22,8 +23,9 @@ namespace zero {
 // The "shard space" of a rank is the flat range of elements its optimizer updates: its 1/N of
 // the padded parameters at stages 1-3 (at stage 3, its shards of every group, concatenated),
 // all of them at stage 0. Over it one ShardState holds
-//   - the parameter copy the update writes (a view into the engine's parameter storage: the
-//     flat buffer at stages 0-2, the partitioned shard at stage 3),
+//   - the parameter copy the update writes (a ParamStore: a view into the engine's parameter
+//     storage, the flat buffer at stages 0-2 and the partitioned shards at stage 3, or those
+//     shards in a swap file with offload_param "nvme", Note [Parameter offload]),
 //   - the fp32 master weights (that copy itself when parameters are fp32),
 //   - the optimizer's moments and step count (ShardOptimizer),
 //   - the reduced gradient, where the stage keeps one of its own (stages 2 and 3: the owned
@@ -45,23 +47,25 @@ enum class Placement {
 
 class ShardState {
  public:
-  /// `params`: the parameter-dtype copy of the shard space that updates write (contiguous; its
-  /// values become the master weights). `gradient_dtype`: the dtype of the gradient shard this
+  /// `params`: the parameter-dtype copy of the shard space that updates write (its values
+  /// become the master weights). `gradient_dtype`: the dtype of the gradient shard this
   /// state owns, or nullopt when the engine lends its gradient to step(). `saved` and `loaded`:
   /// the segments this rank writes to a checkpoint and those a load fills (offsets into the
   /// space). `make_store` makes where the fp32 parts live (memory or a swap file, matching
   /// `placement`). Throws zero::Error for a placement it cannot honour (host state for device
   /// parameters needs the offload of a later issue).
-  ShardState(const OptimizerConfig& optimizer, at::Tensor params,
+  ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamStore> params,
              std::optional<at::ScalarType> gradient_dtype, int64_t tile_numel,
              Placement placement, const StateStoreMaker& make_store,
              std::vector<StateSegment> saved, std::vector<StateSegment> loaded);
 
-  int64_t numel() const { return params_.numel(); }
+  int64_t numel() const { return params_->numel(); }
   Placement placement() const { return placement_; }
   int64_t tile_numel() const { return tile_numel_; }
 
-  const at::Tensor& params() const { return params_; }
+  /// The parameter copy (Note [Parameter offload]).
+  ParamStore& params() const { return *params_; }
+  at::ScalarType param_dtype() const { return params_->dtype(); }
   /// The owned gradient shard; undefined when the gradient is lent (stages 0-1).
   const at::Tensor& gradient() const { return gradient_; }
   const std::vector<StateSegment>& saved_segments() const { return saved_; }
@@ -105,9 +109,9 @@ class ShardState {
   void round_params_from_master();
 
  private:
-  bool master_in_store() const { return params_.scalar_type() != at::kFloat; }
+  bool master_in_store() const { return params_->dtype() != at::kFloat; }
 
-  at::Tensor params_;
+  std::shared_ptr<ParamStore> params_;
   at::Tensor gradient_;
   ShardOptimizer optimizer_;
   int64_t tile_numel_;
