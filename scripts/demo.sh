@@ -10,7 +10,7 @@ source scripts/env.sh
 scripts/setup.sh
 BUILD_DIR="${ZERO_BUILD_DIR:-build}"
 # Every tool the README names: zero-train, zero-ckpt (zero-run is a script configure copies).
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target zero-train zero-ckpt
+cmake --build "$BUILD_DIR" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --target zero-train zero-ckpt
 RANKS="${ZERO_DEMO_RANKS:-2}"
 exec "$BUILD_DIR/bin/zero-run" -n "$RANKS" -- "$BUILD_DIR/bin/zero-train" \
   --config configs/demo.json --model gpt2-tiny --data data/tokens/moby_dick \

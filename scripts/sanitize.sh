@@ -54,6 +54,9 @@ export LSAN_OPTIONS="suppressions=$lsan_suppressions:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 tsan_suppressions="$repo/$TSAN_DIR/tsan.supp"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$tsan_suppressions"
+# Build jobs: every core. GNU nproc honours OMP_NUM_THREADS (set to 1 below), which made these
+# builds run one job at a time: 6 minutes instead of 3 for build-asan.
+build_jobs="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 export OMP_NUM_THREADS=1
 
 echo "== sanitize: AddressSanitizer + UndefinedBehaviorSanitizer build ($ASAN_DIR)"
@@ -73,7 +76,7 @@ SUPP
 asan_tests=(test_config test_bounded_input test_safetensors test_shard test_comm test_comm_work
             test_checkpoint)
 fuzzers=(fuzz_config fuzz_safetensors fuzz_checkpoint_metadata)
-cmake --build "$ASAN_DIR" -j "$(nproc)" --target zero-train zero-ckpt "${asan_tests[@]}" "${fuzzers[@]}"
+cmake --build "$ASAN_DIR" -j "$build_jobs" --target zero-train zero-ckpt "${asan_tests[@]}" "${fuzzers[@]}"
 # Single-process tests as they are; the multi-rank ones at 2 ranks.
 (cd "$ASAN_DIR" && ctest --output-on-failure --timeout 900 \
    -R "^(test_config|test_bounded_input|test_safetensors|test_shard|test_comm_np2|test_comm_work_np2|test_checkpoint_np2)$")
@@ -154,7 +157,7 @@ race:libopen-pal.so
 race:libmpi.so
 race:mca_
 SUPP
-cmake --build "$TSAN_DIR" -j "$(nproc)" --target test_comm test_comm_work
+cmake --build "$TSAN_DIR" -j "$build_jobs" --target test_comm test_comm_work
 (cd "$TSAN_DIR" && ctest --output-on-failure --timeout 600 -R '^test_comm_work(_np2)?$')
 threaded='CollectiveWatchdog.*:Comm.StatsCanBeReadFromAnotherThread:Comm.Basics'
 "$TSAN_DIR/tests/test_comm" --gtest_filter="$threaded"

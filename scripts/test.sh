@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup.sh
 BUILD_DIR="${ZERO_BUILD_DIR:-build}"
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+cmake --build "$BUILD_DIR" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 "$@")
 if [ "${ZERO_SANITIZERS:-1}" != 0 ]; then
   scripts/sanitize.sh
