@@ -50,6 +50,7 @@
 #include <sstream>
 #include <utility>
 
+#include "comm/collective_call.h"
 #include "comm/collective_watchdog.h"
 #include "comm/reduce_kernels.h"
 #include "comm/shared_segments.h"
@@ -121,66 +122,15 @@ class MpiRuntime {
   bool initialized_here_ = false;
 };
 
-bool copyable_dtype(c10::ScalarType dtype) {
-  switch (dtype) {
-    case c10::kFloat:
-    case c10::kDouble:
-    case c10::kBFloat16:
-    case c10::kHalf:
-    case c10::kByte:
-    case c10::kChar:
-    case c10::kShort:
-    case c10::kInt:
-    case c10::kLong:
-    case c10::kBool:
-      return true;
-    default:
-      return false;
-  }
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::byte* bytes_of(const at::Tensor& t) {
   return static_cast<std::byte*>(t.data_ptr());
 }
 
-bool overlaps(const std::byte* a, int64_t a_bytes, const std::byte* b, int64_t b_bytes) {
-  if (a_bytes == 0 || b_bytes == 0) return false;
-  return a < b + b_bytes && b < a + a_bytes;
-}
-
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
-
-// What one call was asked to do: its buffers (handles, kept alive until it has run) and, for
-// error messages, its arguments.
-struct Call {
-  const char* op = "";
-  at::Tensor input = {};   // reduce_scatter/all_gather input; all_reduce/broadcast buffer
-  at::Tensor output = {};
-  std::vector<int64_t> counts = {};
-  bool has_counts = false;
-  bool has_root = false;
-  int root = 0;
-};
-
-// How a chunked buffer is split among the ranks: chunk c is counts[c] elements at offsets[c].
-struct Chunks {
-  std::vector<int64_t> counts;
-  std::vector<int64_t> offsets;
-  int64_t total = 0;
-};
-
-void describe_tensor(std::ostringstream& out, const char* name, const at::Tensor& t) {
-  out << "; " << name << ": ";
-  if (!t.defined()) {
-    out << "undefined";
-    return;
-  }
-  out << t.numel() << " elements of " << c10::toString(t.scalar_type());
-}
 
 // A collective or task in flight on the progress thread (zero::Work).
 class MpiWork final : public Work {
@@ -246,6 +196,8 @@ class MpiCommunicator final : public Communicator {
       ZERO_CHECK(false, "make_mpi_communicator: setting up the communicator failed: ",
                  mpi_error_string(rc));
     }
+    checker_ = CallChecker(backend_name(), rank_, size_, c10::Device(c10::kCPU),
+                           "the MPI communicator handles CPU tensors only");
     shared_ = std::make_unique<SharedSegments>(comm_, rank_, size_);
     shared_->map_progress_board();
     // Note [Collective timeout]. The deadline comes from the environment, the same on every
@@ -288,14 +240,12 @@ class MpiCommunicator final : public Communicator {
   WorkHandle all_reduce(const at::Tensor& buffer, ReduceOp op,
                         const CollectiveOptions& options) override {
     Call call{"all_reduce", buffer};
-    check_tensor(call, buffer, "buffer", /*reduction=*/true);
+    checker_.check_tensor(call, buffer, "buffer", /*reduction=*/true);
     const int64_t numel = buffer.numel();
     const int64_t es = buffer.element_size();
     // Ownership: a balanced split, the first numel % N ranks own one element more.
-    std::vector<int64_t> counts(static_cast<size_t>(size_));
-    for (int c = 0; c < size_; ++c) counts[c] = numel / size_ + (c < numel % size_ ? 1 : 0);
-    Chunks chunks = chunks_of(std::move(counts));
-    const int64_t moved = size_ > 1 ? 2 * (numel - chunks.counts[rank_]) * es : 0;
+    Chunks chunks = checker_.balanced(numel);
+    const int64_t moved = 2 * checker_.others_bytes(chunks, es);
     return issue(call, &CommStats::all_reduce, moved, buffer.nbytes(), options,
                  [this, call, chunks = std::move(chunks), op] {
       if (size_ == 1 || call.input.numel() == 0) return;
@@ -311,9 +261,9 @@ class MpiCommunicator final : public Communicator {
                             const std::vector<int64_t>& counts,
                             const CollectiveOptions& options) override {
     Call call{"reduce_scatter", input, output, counts, /*has_counts=*/true};
-    Chunks chunks = check_chunked(call, input, "input", output, "output", /*reduction=*/true);
+    Chunks chunks = checker_.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
     const int64_t es = input.element_size();
-    const int64_t moved = size_ > 1 ? (chunks.total - chunks.counts[rank_]) * es : 0;
+    const int64_t moved = checker_.others_bytes(chunks, es);
     return issue(call, &CommStats::reduce_scatter, moved, input.nbytes(), options,
                  [this, call, chunks = std::move(chunks), op] {
       const int64_t es = call.input.element_size();
@@ -358,9 +308,9 @@ class MpiCommunicator final : public Communicator {
                         const std::vector<int64_t>& counts,
                         const CollectiveOptions& options) override {
     Call call{"all_gather", input, output, counts, /*has_counts=*/true};
-    Chunks chunks = check_chunked(call, output, "output", input, "input", /*reduction=*/false);
+    Chunks chunks = checker_.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
     const int64_t es = output.element_size();
-    const int64_t moved = size_ > 1 ? (chunks.total - chunks.counts[rank_]) * es : 0;
+    const int64_t moved = checker_.others_bytes(chunks, es);
     return issue(call, &CommStats::all_gather, moved, output.nbytes(), options,
                  [this, call, chunks = std::move(chunks)] {
       const int64_t es = call.output.element_size();
@@ -378,7 +328,7 @@ class MpiCommunicator final : public Communicator {
     Call call{"broadcast", buffer};
     call.has_root = true;
     call.root = root;
-    check_tensor(call, buffer, "buffer", /*reduction=*/false);
+    checker_.check_tensor(call, buffer, "buffer", /*reduction=*/false);
     ZERO_CHECK(root >= 0 && root < size_, describe(call), ": root must be in [0, ", size_,
                "), got ", root);
     const int64_t bytes = buffer.numel() * buffer.element_size();
@@ -493,108 +443,8 @@ class MpiCommunicator final : public Communicator {
  private:
   // ---- validation ----------------------------------------------------------------------
 
-  std::string describe(const Call& call) const {
-    std::ostringstream out;
-    out << call.op << " (" << backend_name() << ", rank " << rank_ << " of world size "
-        << size_;
-    if (call.input.defined() || call.output.defined()) {
-      describe_tensor(out, call.output.defined() ? "input" : "buffer", call.input);
-    }
-    if (call.output.defined()) describe_tensor(out, "output", call.output);
-    if (call.has_counts) {
-      out << "; counts ";
-      if (call.counts.empty()) {
-        out << "{} (equal chunks)";
-      } else {
-        out << "{";
-        const size_t shown = std::min<size_t>(call.counts.size(), 16);
-        for (size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << call.counts[i];
-        if (shown < call.counts.size()) out << ", ... (" << call.counts.size() << " in all)";
-        out << "}";
-      }
-    }
-    if (call.has_root) out << "; root " << call.root;
-    out << ")";
-    return out.str();
-  }
-
-  void check_tensor(const Call& call, const at::Tensor& t, const char* name,
-                    bool reduction) const {
-    ZERO_CHECK(t.defined(), describe(call), ": ", name, " is an undefined tensor");
-    ZERO_CHECK(t.device().is_cpu(), describe(call), ": ", name, " is on device ", t.device(),
-               "; the MPI communicator handles CPU tensors only");
-    ZERO_CHECK(t.layout() == c10::kStrided, describe(call), ": ", name, " has layout ",
-               t.layout(), "; only dense (strided) tensors are supported");
-    ZERO_CHECK(t.is_contiguous(), describe(call), ": ", name,
-               " is not contiguous (sizes ", t.sizes(), ", strides ", t.strides(),
-               "); collectives work on flat contiguous buffers");
-    if (reduction) {
-      ZERO_CHECK(is_reducible(t.scalar_type()), describe(call), ": ", name, " has dtype ",
-                 c10::toString(t.scalar_type()),
-                 "; reductions support Float, Double, BFloat16 and Half");
-    } else {
-      ZERO_CHECK(copyable_dtype(t.scalar_type()), describe(call), ": ", name, " has dtype ",
-                 c10::toString(t.scalar_type()),
-                 "; supported: Float, Double, BFloat16, Half, Byte, Char, Short, Int, Long, "
-                 "Bool");
-    }
-  }
-
-  void check_same_dtype(const Call& call, const at::Tensor& input,
-                        const at::Tensor& output) const {
-    ZERO_CHECK(input.scalar_type() == output.scalar_type(), describe(call),
-               ": input and output dtypes differ (", c10::toString(input.scalar_type()), " vs ",
-               c10::toString(output.scalar_type()), ")");
-  }
-
-  // The chunks `counts` describes (offsets and total filled in).
-  Chunks chunks_of(std::vector<int64_t> counts) const {
-    Chunks chunks;
-    chunks.counts = std::move(counts);
-    chunks.offsets.resize(chunks.counts.size());
-    for (size_t c = 0; c < chunks.counts.size(); ++c) {
-      chunks.offsets[c] = chunks.total;
-      chunks.total += chunks.counts[c];
-    }
-    return chunks;
-  }
-
-  // Validates a chunked collective and returns its chunks: `whole` holds sum(counts) elements
-  // laid out chunk by chunk (N chunks of part.numel() when `counts` is empty), `part` holds this
-  // rank's chunk and is either exactly whole's own chunk (in place) or does not overlap `whole`.
-  Chunks check_chunked(const Call& call, const at::Tensor& whole, const char* whole_name,
-                       const at::Tensor& part, const char* part_name, bool reduction) const {
-    check_tensor(call, whole, whole_name, reduction);
-    check_tensor(call, part, part_name, reduction);
-    check_same_dtype(call, whole, part);
-    if (!call.counts.empty()) {
-      ZERO_CHECK(call.counts.size() == static_cast<size_t>(size_), describe(call),
-                 ": counts must have one entry per rank (", size_, "), got ", call.counts.size());
-      for (int c = 0; c < size_; ++c) {
-        ZERO_CHECK(call.counts[c] >= 0, describe(call), ": counts[", c, "] = ", call.counts[c],
-                   " is negative");
-      }
-    }
-    const Chunks chunks =
-        chunks_of(call.counts.empty() ? std::vector<int64_t>(static_cast<size_t>(size_), part.numel())
-                                      : call.counts);
-    ZERO_CHECK(whole.numel() == chunks.total, describe(call), ": ", whole_name,
-               " must hold sum(counts) = ", chunks.total, " elements, got ", whole.numel());
-    ZERO_CHECK(part.numel() == chunks.counts[rank_], describe(call), ": ", part_name,
-               " must hold counts[", rank_, "] = ", chunks.counts[rank_], " elements, got ",
-               part.numel());
-    const int64_t es = whole.element_size();
-    const std::byte* own = bytes_of(whole) + chunks.offsets[rank_] * es;
-    const std::byte* part_data = bytes_of(part);
-    const int64_t own_bytes = chunks.counts[rank_] * es;
-    ZERO_CHECK(own_bytes == 0 || part_data == own ||
-                   !overlaps(part_data, own_bytes, bytes_of(whole), chunks.total * es),
-               describe(call), ": ", part_name, " overlaps ", whole_name, " but is not ",
-               whole_name, "'s own chunk ", rank_, " (elements [", chunks.offsets[rank_], ", ",
-               chunks.offsets[rank_] + chunks.counts[rank_], ")); in place, ", part_name,
-               " must be exactly that chunk");
-    return chunks;
-  }
+  // Note: one set of argument checks and messages for every backend (comm/collective_call.h).
+  std::string describe(const Call& call) const { return checker_.describe(call); }
 
   void check_mpi(const Call& call, int rc, const char* function) const {
     if (rc == MPI_SUCCESS) return;
@@ -753,6 +603,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // Note [Collective timeout]
   int rank_ = 0;
   int size_ = 1;
+  CallChecker checker_{"mpi", 0, 1, c10::Device(c10::kCPU), ""};  // set once rank_ is known
   int64_t segment_bytes_ = 0;
   int64_t max_message_bytes_ = 0;
   bool ring_all_gather_ = false;

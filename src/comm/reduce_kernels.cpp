@@ -291,11 +291,6 @@ KernelFamily detect_family() { return KernelFamily::kScalar; }
 
 }  // namespace
 
-bool is_reducible(c10::ScalarType dtype) {
-  return dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kBFloat16 ||
-         dtype == c10::kHalf;
-}
-
 KernelFamily best_kernel_family() {
   static const KernelFamily value = detect_family();
   return value;

@@ -24,8 +24,7 @@
 
 namespace zero::comm {
 
-/// True for the dtypes the kernels accept: fp32, fp64, bf16, fp16.
-bool is_reducible(c10::ScalarType dtype);
+// The dtypes the kernels accept: comm::is_reducible_dtype (comm/collective_call.h).
 
 /// Kernel families, narrowest first. kScalar is the reference: plain loops over c10 types.
 enum class KernelFamily { kScalar, kAvx2, kAvx512 };

@@ -45,9 +45,12 @@ double block_sum_of_squares(const T* data, int64_t begin, int64_t end) {
 
 }  // namespace
 
-double sum_of_squares(const at::Tensor& tensor) {
+at::Tensor sum_of_squares(const at::Tensor& tensor) {
+  if (!tensor.device().is_cpu()) {
+    return at::linalg_vector_norm(tensor, 2, c10::nullopt, false, at::kDouble).square().reshape({1});
+  }
   const int64_t n = tensor.numel();
-  if (n == 0) return 0.0;
+  if (n == 0) return at::zeros({1}, at::kDouble);
   const int64_t blocks = (n + kNormBlock - 1) / kNormBlock;
   // One partial sum per fixed block, added in block order: the same bits for any thread count.
   const at::Tensor partial = at::zeros({blocks}, at::kDouble);
@@ -63,7 +66,7 @@ double sum_of_squares(const at::Tensor& tensor) {
       });
   double total = 0.0;
   for (int64_t b = 0; b < blocks; ++b) total += sums[b];
-  return total;
+  return at::full({1}, total, at::kDouble);
 }
 
 EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& config,
@@ -334,8 +337,8 @@ void EngineCore::step() {
 // Note [Gradient scaling].
 void EngineCore::boundary_step() {
   quiesce();
-  at::Tensor total =
-      at::full({1}, local_sum_of_squares(), at::TensorOptions().dtype(at::kDouble));
+  // On the gradients' device; the step's one read back to the host is its global sum.
+  at::Tensor total = local_sum_of_squares();
   counted(comm_->all_reduce(total, ReduceOp::kSum))->wait();
   const double sum_squares = total.item<double>();
   const double divisor = static_cast<double>(world_) * scaler_.scale();

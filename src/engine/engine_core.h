@@ -28,9 +28,11 @@ namespace zero {
 class AsyncIo;
 class SwapDirectory;
 
-/// Sum of squares in fp64 with a fixed blocking, so the result does not depend on the thread
-/// count (bitwise reproducible across runs).
-double sum_of_squares(const at::Tensor& tensor);
+/// Sum of squares of `tensor`'s elements in fp64, as a one-element fp64 tensor on its device
+/// (nothing is read back to the host). On the CPU with a fixed blocking, so the result does
+/// not depend on the thread count (bitwise reproducible across runs); on a device by ATen's
+/// norm, accumulated in fp64 (deterministic for a given size).
+at::Tensor sum_of_squares(const at::Tensor& tensor);
 
 class EngineCore;
 
@@ -90,8 +92,8 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// Autograd threw: drop per-backward state so the engine stays usable.
   virtual void abandon_backward() = 0;
   /// This rank's share of the global squared norm of the summed (still scaled) gradients,
-  /// padding excluded (or zero there).
-  virtual double local_sum_of_squares() = 0;
+  /// padding excluded (or zero there): sum_of_squares, on the gradients' device.
+  virtual at::Tensor local_sum_of_squares() = 0;
   /// Applies the optimizer with gradients multiplied by `grad_multiplier` at learning rate
   /// lr_, then makes the parameters every rank needs whole again.
   virtual void apply_update(double grad_multiplier) = 0;

@@ -68,7 +68,7 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   void begin_backward() override;
   void finish_backward() override;
   void abandon_backward() override {}
-  double local_sum_of_squares() override;
+  at::Tensor local_sum_of_squares() override;
   void apply_update(double grad_multiplier) override;
   void zero_gradients() override;
   void reload_parameters() override;
@@ -312,7 +312,7 @@ at::Tensor FlatEngine::owned_gradient() const {
   return grads_flat_.narrow(0, owned.begin, owned.size());
 }
 
-double FlatEngine::local_sum_of_squares() {
+at::Tensor FlatEngine::local_sum_of_squares() {
   // Owned real elements only (Note [Gradient scaling]); stage 0 also owns a 1/N range here.
   const Range valid = layout_.valid(rank_);
   return sum_of_squares(owned_gradient().narrow(0, 0, valid.size()));

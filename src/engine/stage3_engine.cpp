@@ -127,7 +127,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void begin_backward() override;
   void finish_backward() override;
   void abandon_backward() override;
-  double local_sum_of_squares() override;
+  at::Tensor local_sum_of_squares() override;
   void apply_update(double grad_multiplier) override;
   void zero_gradients() override;
   void reload_parameters() override;
@@ -804,7 +804,7 @@ void Stage3Engine::abandon_backward() {
   schedule_->abandon();
 }
 
-double Stage3Engine::local_sum_of_squares() {
+at::Tensor Stage3Engine::local_sum_of_squares() {
   // Padding contributes zeros (the gradient buffers are zeroed), so the whole shard will do.
   return sum_of_squares(state_->gradient());
 }

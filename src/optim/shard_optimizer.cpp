@@ -15,6 +15,7 @@
 #include "common/parallel.h"
 #include "common/simd_level.h"
 #include "optim/adam_kernels.h"
+#include "optim/device_update.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -298,6 +299,11 @@ void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
     check(m, "moment");
   }
   ZERO_INTERNAL_ASSERT(step_count_ > 0, "update before begin_step");
+  if (!master.device().is_cpu()) {
+    fused_device_update(config_, step_count_, master, grad, param_out, moments, grad_multiplier,
+                        lr);
+    return;
+  }
   float* master_ptr = master.data_ptr<float>();
 
   if (config_.type == OptimizerType::kSGD) {

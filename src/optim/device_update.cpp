@@ -1,0 +1,54 @@
+#include "optim/device_update.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "zero/error.h"
+
+namespace zero {
+
+void fused_device_update(const OptimizerConfig& config, int64_t step, const at::Tensor& master,
+                         const at::Tensor& grad, const at::Tensor& param_out,
+                         const std::vector<at::Tensor>& moments, double grad_multiplier,
+                         double lr) {
+  ZERO_INTERNAL_ASSERT(step > 0, "update before begin_step");
+  // The gradient actually used, fp32: a fresh tensor, so the caller's is never modified (an
+  // fp32 gradient's to(kFloat) would be the caller's own).
+  const at::Tensor g = grad.scalar_type() == at::kFloat ? grad.mul(grad_multiplier)
+                                                        : grad.to(at::kFloat).mul_(grad_multiplier);
+  if (config.type == OptimizerType::kSGD) {
+    std::vector<at::Tensor> buffers(moments.begin(), moments.end());
+    at::_fused_sgd_({master}, {g}, buffers, config.weight_decay, config.momentum, lr,
+                    config.dampening, config.nesterov, /*maximize=*/false,
+                    /*is_first_step=*/step == 1);
+  } else if (config.bias_correction) {
+    const at::Tensor steps = at::full({}, static_cast<double>(step),
+                                      at::TensorOptions().dtype(at::kFloat).device(master.device()));
+    // max_exp_avg_sqs: none, without amsgrad.
+    if (config.type == OptimizerType::kAdamW) {
+      at::_fused_adamw_({master}, {g}, {moments[0]}, {moments[1]}, {}, {steps}, lr, config.beta1,
+                        config.beta2, config.weight_decay, config.eps, /*amsgrad=*/false,
+                        /*maximize=*/false);
+    } else {
+      at::_fused_adam_({master}, {g}, {moments[0]}, {moments[1]}, {}, {steps}, lr, config.beta1,
+                       config.beta2, config.weight_decay, config.eps, /*amsgrad=*/false,
+                       /*maximize=*/false);
+    }
+  } else {
+    // torch's formula with bias corrections of 1 (DeepSpeed's bias_correction false).
+    const at::Tensor& m = moments[0];
+    const at::Tensor& v = moments[1];
+    if (config.type == OptimizerType::kAdamW) {
+      master.mul_(1.0 - lr * config.weight_decay);
+    } else if (config.weight_decay != 0.0) {
+      g.add_(master, config.weight_decay);
+    }
+    m.mul_(config.beta1).add_(g, 1.0 - config.beta1);
+    v.mul_(config.beta2).addcmul_(g, g, 1.0 - config.beta2);
+    master.addcdiv_(m, v.sqrt().add_(config.eps), -lr);
+  }
+  if (param_out.defined()) param_out.copy_(master);
+}
+
+}  // namespace zero
