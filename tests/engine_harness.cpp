@@ -113,7 +113,7 @@ at::Tensor flatten_parameters(torch::nn::Module& model) {
   std::unordered_set<const void*> seen;
   for (const auto& p : model.parameters()) {
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
-    pieces.push_back(p.detach().reshape({-1}).to(at::kFloat));
+    pieces.push_back(p.detach().reshape({-1}).to(at::kCPU).to(at::kFloat));
   }
   return at::cat(pieces);
 }
@@ -128,6 +128,8 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
                      const std::shared_ptr<Communicator>& comm) {
   RunResult result;
   result.model = spec.build();
+  const at::Device device(options.device);
+  result.model->to(device);
   const Config config = parse_config(make_config_json(options), comm->size(), "test config");
   result.engine = initialize(result.model, config, comm);
   Engine& engine = *result.engine;
@@ -135,7 +137,8 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
   const int64_t mbs = options.micro_batch;
   const int gas = options.gradient_accumulation_steps;
   for (int step = 0; step < options.steps; ++step) {
-    auto [x, y] = spec.batch(options.fixed_batch ? 0 : step, world * mbs * gas);
+    auto [batch_x, batch_y] = spec.batch(options.fixed_batch ? 0 : step, world * mbs * gas);
+    const at::Tensor x = batch_x.to(device), y = batch_y.to(device);
     double loss_sum = 0.0;
     for (int micro = 0; micro < gas; ++micro) {
       const int64_t row = (static_cast<int64_t>(micro) * world + comm->rank()) * mbs;
@@ -161,6 +164,8 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
 RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int world_size) {
   RunResult result;
   result.model = spec.build();
+  const at::Device device(options.device);
+  result.model->to(device);
   std::vector<at::Tensor> parameters = unique_parameters(*result.model);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (options.optimizer == "AdamW") {
@@ -180,7 +185,8 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
   }
   const int64_t rows = world_size * options.micro_batch * options.gradient_accumulation_steps;
   for (int step = 0; step < options.steps; ++step) {
-    auto [x, y] = spec.batch(options.fixed_batch ? 0 : step, rows);
+    auto [batch_x, batch_y] = spec.batch(options.fixed_batch ? 0 : step, rows);
+    const at::Tensor x = batch_x.to(device), y = batch_y.to(device);
     optimizer->zero_grad();
     at::Tensor loss = spec.loss(*result.model, x, y);
     loss.backward();

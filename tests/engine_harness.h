@@ -51,6 +51,7 @@ struct RunOptions {
   int64_t allgather_bucket_size = 77;
   bool fixed_batch = false;         // every step trains on step 0's batch (to see learning)
   int fp16_hysteresis = 0;          // fp16.hysteresis when > 0 (else DeepSpeed's default, 2)
+  std::string device = "cpu";       // where the model and its batches are, e.g. "cuda:0"
 };
 
 std::string make_config_json(const RunOptions& options);
@@ -76,7 +77,7 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
 /// it, and count it in the norm, once).
 std::vector<at::Tensor> unique_parameters(torch::nn::Module& model);
 
-/// Parameters flattened in named_parameters() order (shared ones once), as fp32.
+/// Parameters flattened in named_parameters() order (shared ones once), as fp32 on the CPU.
 at::Tensor flatten_parameters(torch::nn::Module& model);
 
 /// ||a - b|| / ||b||.

@@ -12,7 +12,7 @@
 #define ZERO_API __attribute__((visibility("default")))
 #endif
 
-// ZERO_INTERNAL_API: exported for zero's own second library (zero_gpt2: the GPT-2 model, data,
-// decoder and console) and nothing else. Used only in src/ headers, never in include/zero/:
+// ZERO_INTERNAL_API: exported for zero's own other libraries (zero_gpt2: the GPT-2 model, data,
+// decoder and console; zero_cuda: the NCCL backend) and nothing else. Used only in src/ headers, never in include/zero/:
 // programs cannot reach it, and it may change at any time.
 #define ZERO_INTERNAL_API ZERO_API

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "zero/export.h"
+
 namespace zero::comm {
 
 // Its buffers (handles, which keep them alive until it has run) and, for messages, its
@@ -26,7 +28,7 @@ struct Call {
 };
 
 // How a chunked buffer is split among the ranks: chunk c is counts[c] elements at offsets[c].
-struct Chunks {
+struct ZERO_INTERNAL_API Chunks {
   std::vector<int64_t> counts;
   std::vector<int64_t> offsets;
   int64_t total = 0;
@@ -35,10 +37,11 @@ struct Chunks {
 
 // Dtypes that reductions accept (fp32, fp64, bf16, fp16) and that copies accept (those and
 // the integer types, bool).
-bool is_reducible_dtype(c10::ScalarType dtype);
-bool is_copyable_dtype(c10::ScalarType dtype);
+ZERO_INTERNAL_API bool is_reducible_dtype(c10::ScalarType dtype);
+ZERO_INTERNAL_API bool is_copyable_dtype(c10::ScalarType dtype);
 
-class CallChecker {
+// Exported for zero_cuda's NCCL backend (ZERO_INTERNAL_API).
+class ZERO_INTERNAL_API CallChecker {
  public:
   /// `device`: where buffers must be (a CPU device for host backends; a device with an index
   /// for a device backend, which then must match), `device_rule` says so in messages.

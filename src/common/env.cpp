@@ -36,6 +36,17 @@ int64_t collective_timeout_seconds() {
   return value;
 }
 
+int local_rank() {
+  static const int value = [] {
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
+      const int64_t rank = read_int_at_least(name, 0, -1);
+      if (rank >= 0) return static_cast<int>(std::min<int64_t>(rank, 1 << 20));
+    }
+    return -1;
+  }();
+  return value;
+}
+
 const std::map<std::string, double>& gemm_rates_override() {
   static const std::map<std::string, double> value = [] {
     std::map<std::string, double> rates;

@@ -20,6 +20,11 @@ ZERO_INTERNAL_API int64_t ring_segment_bytes();
 /// deadline off.
 ZERO_INTERNAL_API int64_t collective_timeout_seconds();
 
+/// This process's rank among the ranks on its machine, from the launcher: OMPI_COMM_WORLD_LOCAL_RANK
+/// (mpirun), else SLURM_LOCALID (srun), else LOCAL_RANK (torchrun); -1 when none is set. Picks
+/// a rank's GPU (zero/comm_nccl.h).
+ZERO_INTERNAL_API int local_rank();
+
 enum class ProgressStyle { kAuto, kBar, kLines };
 
 /// ZERO_PROGRESS: "bar" | "lines" | unset (auto). Set by zero-run; see zero/console.h.

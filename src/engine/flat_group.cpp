@@ -1,6 +1,7 @@
 #include "engine/flat_group.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -71,27 +72,36 @@ std::vector<FlatGroup> cut_into_groups(const std::vector<int64_t>& numels, int64
 }
 
 at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) {
+  const at::ScalarType dtype = options.dtype().toScalarType();
+  const c10::Device device = options.device();
+  auto same_kind = [&](const at::Tensor& b) {
+    return b.scalar_type() == dtype && b.device() == device;
+  };
   {
     std::lock_guard<std::mutex> lock(mutex_);
     int best = -1;
     for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
-      const at::Tensor& b = free_[i];
-      if (b.numel() >= numel && b.scalar_type() == options.dtype().toScalarType() &&
-          (best < 0 || b.numel() < free_[best].numel())) {
+      const at::Tensor& b = free_[i].buffer;
+      if (b.numel() >= numel && same_kind(b) &&
+          (best < 0 || b.numel() < free_[best].buffer.numel())) {
         best = i;
       }
     }
     if (best >= 0) {
-      at::Tensor buffer = std::move(free_[best]);
+      Cached cached = std::move(free_[best]);
       free_.erase(free_.begin() + best);
-      return buffer;
+      if (cached.last_use) {
+        const c10::impl::VirtualGuardImpl guard(device.type());
+        cached.last_use->block(guard.getStream(device));
+      }
+      return std::move(cached.buffer);
     }
-    // None fits: the new buffer replaces the largest cached one of this dtype (all smaller),
+    // None fits: the new buffer replaces the largest cached one of this kind (all smaller),
     // so the pool never holds more buffers than were in use at once.
     int largest = -1;
     for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
-      if (free_[i].scalar_type() == options.dtype().toScalarType() &&
-          (largest < 0 || free_[i].numel() > free_[largest].numel())) {
+      if (same_kind(free_[i].buffer) &&
+          (largest < 0 || free_[i].buffer.numel() > free_[largest].buffer.numel())) {
         largest = i;
       }
     }
@@ -102,8 +112,15 @@ at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) 
 
 void BufferPool::put(at::Tensor buffer) {
   if (!buffer.defined()) return;
+  Cached cached{std::move(buffer), nullptr};
+  const c10::Device device = cached.buffer.device();
+  if (!device.is_cpu()) {
+    const c10::impl::VirtualGuardImpl guard(device.type());
+    cached.last_use = std::make_shared<c10::Event>(device.type());
+    cached.last_use->record(guard.getStream(device));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  free_.push_back(std::move(buffer));
+  free_.push_back(std::move(cached));
 }
 
 void BufferPool::acquire_gradients(FlatGroup& group, int64_t numel,

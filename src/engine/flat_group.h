@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
 
 #include <cstdint>
 #include <memory>
@@ -84,10 +85,15 @@ std::vector<FlatGroup> cut_into_groups(const std::vector<int64_t>& numels, int64
 // them), each no larger than the largest request; the reduce bucket size and
 // stage3_max_live_parameters bound both. Thread-safe: buffers come back from the
 // communicator's progress thread.
+// On a device with streams (CUDA) a buffer is put back as soon as the work using it has been
+// enqueued, which may be on another stream (a device backend runs in_order tasks on its
+// communication stream): put() records an event on the current stream, and acquire() makes
+// its caller's current stream wait for it, so the next user's kernels run after the last
+// one's. On the CPU, where work has finished when put() is called, there are no events.
 class BufferPool {
  public:
-  /// The smallest cached buffer of `options`' dtype with at least `numel` elements, or a new
-  /// one. Its contents are whatever was last written.
+  /// The smallest cached buffer of `options`' dtype and device with at least `numel` elements,
+  /// or a new one. Its contents are whatever was last written.
   at::Tensor acquire(int64_t numel, const at::TensorOptions& options);
   void put(at::Tensor buffer);
 
@@ -98,8 +104,12 @@ class BufferPool {
   void release_gradients(FlatGroup& group);
 
  private:
+  struct Cached {
+    at::Tensor buffer;
+    std::shared_ptr<c10::Event> last_use;  // recorded at put() on a device with streams
+  };
   std::mutex mutex_;
-  std::vector<at::Tensor> free_;
+  std::vector<Cached> free_;
 };
 
 }  // namespace zero
