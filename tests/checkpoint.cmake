@@ -38,6 +38,9 @@ if(TARGET zero-ckpt)
   target_compile_options(make_test_checkpoint PRIVATE ${ZERO_WARNINGS})
   target_include_directories(make_test_checkpoint PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(make_test_checkpoint PRIVATE ${zero_test_libs} ${zero_harness_libs})
+  if(ZERO_PRECOMPILED_HEADERS)
+    target_precompile_headers(make_test_checkpoint REUSE_FROM zero_test_main)
+  endif()
   add_test(NAME zero_ckpt_cli
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_zero_ckpt.sh $<TARGET_FILE:zero-ckpt>
                    ${PROJECT_BINARY_DIR}/bin/zero-run $<TARGET_FILE:make_test_checkpoint>
@@ -59,6 +62,9 @@ add_executable(reshard_driver checkpoint/reshard_driver.cpp ${zero_harness_sourc
 target_compile_options(reshard_driver PRIVATE ${ZERO_WARNINGS})
 target_include_directories(reshard_driver PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(reshard_driver PRIVATE ${zero_test_libs} ${zero_harness_libs})
+if(ZERO_PRECOMPILED_HEADERS)  # the tests' precompiled header (tests/CMakeLists.txt)
+  target_precompile_headers(reshard_driver REUSE_FROM zero_test_main)
+endif()
 add_test(NAME checkpoint_reshard
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_reshard.sh
                  $<TARGET_FILE:reshard_driver> ${CMAKE_CURRENT_BINARY_DIR}/reshard ${ZERO_MPIRUN})
