@@ -36,3 +36,6 @@ zero_add_test(NAME test_flat_group SOURCES test_flat_group.cpp INTERNAL TIMEOUT 
 # White-box (it makes swap files directly), so with the harness on the static library.
 zero_add_test(NAME test_offload SOURCES test_offload.cpp LIBS zero_engine_harness_internal
               INTERNAL RANKS 1 2 3 TIMEOUT 600)
+# Activation checkpointing (zero/activation_checkpointing.h) at stages 0-3.
+zero_add_test(NAME test_activation_checkpoint SOURCES test_activation_checkpoint.cpp
+              LIBS zero_engine_harness RANKS 1 2 3 TIMEOUT 600)

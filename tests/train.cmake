@@ -24,9 +24,13 @@ if(TARGET zero-train)
       # 3 slots: bitwise the in-memory run, so zero_train_stage3_matches_stage2 below holds as
       # before, and the start-up estimate and the summary's placement rows are checked end to
       # end.
+      # It checkpoints 3 of gpt2-tiny's 4 blocks too (activation_checkpointing, with its
+      # profile in the summary): the recompute gathers those units again during backward.
+      set(TOP_EXTRA ",\n  \"activation_checkpointing\": {\"number_checkpoints\": 3, \"profile\": true}")
       set(STAGE_EXTRA ", \"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 20000, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"${CMAKE_CURRENT_BINARY_DIR}/train\"}, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"${CMAKE_CURRENT_BINARY_DIR}/train\", \"buffer_count\": 3}")
     else()
       set(STAGE_EXTRA "")
+      set(TOP_EXTRA "")
     endif()
     configure_file(${CMAKE_CURRENT_SOURCE_DIR}/train/stage.json.in
                    ${CMAKE_CURRENT_BINARY_DIR}/train/${name}.json @ONLY)
@@ -52,7 +56,9 @@ if(TARGET zero-train)
     set(expected_lines "")
     if(name STREQUAL "stage3")
       set(expected_lines --expect-line "GiB on NVMe" --expect-line "    on NVMe"
-                         --expect-line "unit param shards, fp32 master")
+                         --expect-line "unit param shards, fp32 master"
+                         --expect-line "activation checkpointing: 3 of 4 blocks"
+                         --expect-line "  their recomputes")
     endif()
     add_test(NAME zero_train_${test}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_train.sh $<TARGET_FILE:zero-train>

@@ -4,7 +4,7 @@
 //              [--data PREFIX] [--encoder FILE] [--steps N] [--eval-every K] [--eval-batches B]
 //              [--sample-every K] [--sample-tokens T] [--seq-len T] [--out RUN_DIR]
 //              [--threads T] [--dropout P] [--save-every K] [--checkpoint-dir DIR]
-//              [--resume auto|DIR]   (README.md lists them; --help describes them)
+//              [--resume auto|DIR] [--activation-checkpointing]   (README.md lists them; --help describes them)
 //   mpirun -np N zero-train ...      or      zero-run -n N -- zero-train ...
 //
 // Everything about the optimization comes from the config (batch sizes, optimizer, precision,
@@ -64,6 +64,7 @@
 
 #include "directory_lock.h"
 #include "report.h"
+#include "zero/activation_checkpointing.h"
 #include "zero/checkpoint.h"
 #include "zero/comm.h"
 #include "zero/comm_mpi.h"
@@ -98,6 +99,7 @@ struct Options {
   std::string out = "runs/latest";
   int threads = 0;
   double dropout = 0.0;
+  bool activation_checkpointing = false;  // or the config's activation_checkpointing section
   int64_t save_every = 0;      // 0: no checkpoints
   std::string checkpoint_dir;  // "": RUN_DIR/checkpoints
   std::string resume;          // "": start fresh; "auto"; or a checkpoint directory
@@ -243,6 +245,17 @@ Inputs prepare(const Options& o, int world) {
   in.config = zero::load_config(o.config_path, world);
   in.model = zero::gpt2::GPT2Config::preset(o.model);
   in.model.dropout = o.dropout;
+  // Activation checkpointing of the GPT-2 blocks: all of them, or the config's
+  // number_checkpoints first ones.
+  const zero::ActivationCheckpointingConfig& checkpointing = in.config.activation_checkpointing;
+  if (o.activation_checkpointing || checkpointing.enabled) {
+    const int64_t blocks = checkpointing.number_checkpoints.value_or(in.model.n_layer);
+    ZERO_CHECK(blocks <= in.model.n_layer, o.config_path,
+               ": activation_checkpointing.number_checkpoints = ", blocks, " is more than the ",
+               in.model.n_layer, " blocks of ", o.model, "; allowed: 0..", in.model.n_layer,
+               " (the first blocks are checkpointed), or null for all");
+    in.model.checkpointed_blocks = blocks;
+  }
   in.train = zero::TokenFile::load(o.data + "_train.bin", in.model.vocab_size);
   in.val = zero::TokenFile::load(o.data + "_val.bin", in.model.vocab_size);
   in.decoder = zero::GPT2Decoder::load(o.encoder);
@@ -502,6 +515,10 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
            << " rank(s), micro-batch " << mbs << " x " << seq << " tokens, accumulation " << gas
            << ", global batch " << config.train_batch_size << " sequences; data " << o.data
            << "_{train,val}.bin (" << in.train->size() << " / " << in.val->size() << " tokens)";
+      if (in.model.checkpointed_blocks > 0) {
+        head << "; activation checkpointing: " << in.model.checkpointed_blocks << " of "
+             << in.model.n_layer << " blocks recomputed in backward";
+      }
       progress.message(head.str());
       progress.message(estimate);
       if (!from.note.empty()) progress.message(from.note);
@@ -739,6 +756,19 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       char rate[64];
       std::snprintf(rate, sizeof(rate), "%.0f", config.train_batch_size * seq * trained / seconds);
       rows.push_back({"tokens/s", rate, ""});
+      if (config.activation_checkpointing.profile && in.model.checkpointed_blocks > 0) {
+        // activation_checkpointing.profile: rank 0's checkpointed calls, all steps (with
+        // evaluation's forwards, which run without recompute).
+        const zero::ActivationCheckpointProfile profile = zero::activation_checkpoint_profile();
+        char forward[96], recompute[128];
+        std::snprintf(forward, sizeof(forward), "%.2f s", profile.forward_seconds);
+        std::snprintf(recompute, sizeof(recompute), "%.2f s, then %.2f s of their backward",
+                      profile.recompute_seconds, profile.backward_seconds);
+        rows.push_back({"checkpointed forwards, rank 0", forward,
+                        std::to_string(profile.forwards) + " calls"});
+        rows.push_back({"  their recomputes", recompute,
+                        std::to_string(profile.recomputes) + " calls"});
+      }
       char losses[64];
       std::snprintf(losses, sizeof(losses), "%.4f -> %.4f", records.front().loss, records.back().loss);
       rows.push_back({"train loss (first -> last)", losses, ""});
@@ -805,6 +835,10 @@ int main(int argc, char** argv) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   app.add_option("--threads", o.threads, "libtorch threads per rank (default: cores / ranks)")
       ->check(integer_in(0, cores, "this machine's " + std::to_string(cores) + " cores"));
+  app.add_flag("--activation-checkpointing", o.activation_checkpointing,
+               "recompute the GPT-2 blocks' forwards during backward instead of keeping their "
+               "activations (also on when the config has an activation_checkpointing section; "
+               "its number_checkpoints says how many blocks)");
   app.add_option("--dropout", o.dropout, "dropout probability of the model, in [0, 1)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {

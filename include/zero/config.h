@@ -108,6 +108,19 @@ struct ZERO_API AioConfig {
   bool overlap_events = true;     // refill the queue as requests finish instead of in rounds
 };
 
+/// The `activation_checkpointing` section (DeepSpeed's activation_checkpointing/config.py).
+/// The model decides what it checkpoints (zero/activation_checkpointing.h); zero::initialize
+/// hands these options to the checkpointed calls. The keys that partition activations across
+/// model-parallel ranks are rejected: zero has no model parallelism (docs/config.md).
+struct ZERO_API ActivationCheckpointingConfig {
+  bool enabled = false;  // the section was given (not null): zero-train checkpoints its blocks
+  /// How many of the model's checkpointable pieces to checkpoint (zero-train: the first this
+  /// many GPT-2 blocks); nullopt: all of them.
+  std::optional<int64_t> number_checkpoints;
+  bool cpu_checkpointing = false;  // saved inputs of device tensors kept in host memory
+  bool profile = false;            // time forwards and recomputes
+};
+
 struct ZERO_API ZeroOptimizationConfig {
   int stage = 0;                            // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500000000;   // elements per gradient bucket
@@ -206,6 +219,7 @@ struct ZERO_API Config {
 
   ZeroOptimizationConfig zero_optimization;
   AioConfig aio;
+  ActivationCheckpointingConfig activation_checkpointing;
 
   /// The learning-rate schedule; nullopt (no `scheduler`, or null / {}) keeps optimizer.params.lr
   /// constant. See zero/scheduler.h (make_scheduler).

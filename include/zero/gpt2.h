@@ -34,6 +34,10 @@ struct ZERO_API GPT2Config {
   double dropout = 0.0;  // HF's resid/embd/attn pdrop (one value); 0 keeps training deterministic
   double layer_norm_epsilon = 1e-5;
   double initializer_range = 0.02;
+  /// Activation checkpointing (zero/activation_checkpointing.h): the first this many blocks
+  /// keep only their inputs in forward and are recomputed during backward; 0 (default) none,
+  /// n_layer all. Changes memory and time, never results.
+  int64_t checkpointed_blocks = 0;
 
   /// Named sizes: "gpt2-tiny" (4 layers, 128 wide), "gpt2-mini" (6 x 384, ~30M),
   /// "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M).

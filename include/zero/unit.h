@@ -63,6 +63,7 @@ class ZERO_API UnitCall {
 
  private:
   std::shared_ptr<UnitBinding> binding_;
+  int phase_ = 0;  // the engine's CallPhase at the start of the call
   bool finished_ = false;
 };
 

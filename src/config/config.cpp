@@ -591,6 +591,44 @@ void parse_aio(const ObjectView& top, Config& config) {
   }
 }
 
+// The top-level `activation_checkpointing` section: the keys with a meaning in pure data
+// parallelism; those of model-parallel activation partitioning only at their defaults.
+void parse_activation_checkpointing(const ObjectView& top, Config& config) {
+  const Json* given = top.given("activation_checkpointing");
+  if (given == nullptr || given->is_null()) return;
+  if (!given->is_object()) top.invalid("activation_checkpointing", *given, "an object");
+  ObjectView section(*given, "activation_checkpointing", top.source());
+  section.check_keys(config_detail::activation_checkpointing_keys());
+  ActivationCheckpointingConfig& out = config.activation_checkpointing;
+  out.enabled = true;
+  const Json* number = section.given("number_checkpoints");
+  if (number != nullptr && !number->is_null()) {
+    out.number_checkpoints = section.get_integer(
+        "number_checkpoints", 0, 0, kInt64Max,
+        "an integer >= 0 (how many pieces of the model are checkpointed), or null for all");
+  }
+  out.cpu_checkpointing = section.get_bool("cpu_checkpointing", false);
+  out.profile = section.get_bool("profile", false);
+  const char* const model_parallel =
+      "only false: it partitions checkpointed activations across model-parallel ranks, and "
+      "zero has no model parallelism";
+  if (section.get_bool("partition_activations", false)) {
+    section.not_supported("partition_activations", true, model_parallel);
+  }
+  if (section.get_bool("contiguous_memory_optimization", false)) {
+    section.not_supported("contiguous_memory_optimization", true,
+                          "only false: it packs the model-parallel partitions of "
+                          "partition_activations into one buffer, and zero has no model "
+                          "parallelism");
+  }
+  if (section.get_bool("synchronize_checkpoint_boundary", false)) {
+    section.not_supported("synchronize_checkpoint_boundary", true,
+                          "only false: it synchronizes the CUDA device around each "
+                          "checkpointed call of DeepSpeed's model-parallel checkpointing; use "
+                          "profile for timings");
+  }
+}
+
 void parse_zero(const ObjectView& top, Config& config) {
   const std::string& source = top.source();
   ZeroOptimizationConfig& zero = config.zero_optimization;
@@ -932,6 +970,13 @@ std::string effective_json(const Config& config) {
                  {"intra_op_parallelism", config.aio.intra_op_parallelism},
                  {"single_submit", config.aio.single_submit},
                  {"overlap_events", config.aio.overlap_events}};
+  if (config.activation_checkpointing.enabled) {
+    const ActivationCheckpointingConfig& ac = config.activation_checkpointing;
+    root["activation_checkpointing"] = {
+        {"number_checkpoints", ac.number_checkpoints ? Json(*ac.number_checkpoints) : Json()},
+        {"cpu_checkpointing", ac.cpu_checkpointing},
+        {"profile", ac.profile}};
+  }
 
   if (config.scheduler) {
     const SchedulerConfig& sched = *config.scheduler;
@@ -982,6 +1027,7 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
   parse_scheduler(top, config);
   parse_training_extras(top, config);
   parse_aio(top, config);
+  parse_activation_checkpointing(top, config);
   for (const DefaultOnlyKey& spec : config_detail::top_level_default_only()) {
     check_default_only(top, spec);
   }

@@ -134,11 +134,6 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
        R"({"tag_validation": "Warn", "load_universal": false, "use_node_local_storage": false,
            "parallel_write": {"pipeline_stage": false}})",
        nullptr, nullptr},
-      {"activation_checkpointing", Kind::kValue,
-       R"({"partition_activations": false, "contiguous_memory_optimization": false,
-           "cpu_checkpointing": false, "number_checkpoints": null,
-           "synchronize_checkpoint_boundary": false, "profile": false})",
-       nullptr, nullptr},
       {"data_types", Kind::kValue, R"({"grad_accum_dtype": null})", nullptr, nullptr},
       {"pipeline", Kind::kValue,
        R"({"stages": "auto", "partition": "best", "seed_layers": false,
@@ -228,7 +223,8 @@ const std::vector<std::string>& top_level_implemented_keys() {
       "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
       "gradient_clipping", "optimizer", "fp16", "bf16", "bfloat16", "communication_data_type",
       "zero_optimization", "allgather_size", "scheduler", "steps_per_print",
-      "wall_clock_breakdown", "seed", "csv_monitor", "compute_data_type", "aio"};
+      "wall_clock_breakdown", "seed", "csv_monitor", "compute_data_type", "aio",
+      "activation_checkpointing"};
   return keys;
 }
 
@@ -236,6 +232,13 @@ const std::vector<std::string>& aio_keys() {
   static const std::vector<std::string> keys = {"block_size", "queue_depth", "intra_op_parallelism",
                                                 "thread_count", "single_submit", "overlap_events",
                                                 "use_gds"};
+  return keys;
+}
+
+const std::vector<std::string>& activation_checkpointing_keys() {
+  static const std::vector<std::string> keys = {
+      "partition_activations", "contiguous_memory_optimization", "cpu_checkpointing",
+      "number_checkpoints", "synchronize_checkpoint_boundary", "profile"};
   return keys;
 }
 
@@ -357,6 +360,7 @@ std::optional<std::string> section_knowing(const std::string& key,
       {"scheduler.params", warmup_cosine_lr_params_keys()},
       {"csv_monitor", csv_monitor_keys()},
       {"aio", aio_keys()},
+      {"activation_checkpointing", activation_checkpointing_keys()},
   };
   auto add_object_sections = [&](const std::string& parent,
                                  const std::vector<DefaultOnlyKey>& specs) {

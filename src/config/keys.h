@@ -53,6 +53,7 @@ const std::vector<std::string>& sgd_params_implemented_keys();
 const std::vector<std::string>& fp16_keys();
 const std::vector<std::string>& bf16_keys();
 const std::vector<std::string>& aio_keys();
+const std::vector<std::string>& activation_checkpointing_keys();
 const std::vector<std::string>& scheduler_keys();
 /// scheduler.params keys of each supported scheduler type (DeepSpeed's constructor arguments).
 const std::vector<std::string>& warmup_lr_params_keys();

@@ -4,8 +4,12 @@
 #include <cstdio>
 #include <string>
 
+#include <torch/nn/module.h>
+
 #include "engine/engine_core.h"
+#include "zero/activation_checkpointing.h"
 #include "zero/engine.h"
+#include "zero/error.h"
 #include "zero/memory.h"
 
 namespace zero {
@@ -29,18 +33,35 @@ std::string offload_notice(const Config& config) {
          "CPU rank; pin_memory has no effect without CUDA)";
 }
 
+// The same for activation_checkpointing.cpu_checkpointing (Note [CPU offload on CPU ranks]):
+// a CPU model's checkpointed inputs are in host memory already.
+std::string cpu_checkpointing_notice(const Config& config, const torch::nn::Module& model) {
+  if (!config.activation_checkpointing.cpu_checkpointing) return "";
+  for (const at::Tensor& parameter : model.parameters()) {
+    if (!parameter.is_cpu()) return "";
+  }
+  return "zero: activation_checkpointing.cpu_checkpointing: this model is on the CPU, so the "
+         "checkpointed inputs are in host memory already and stay there";
+}
+
 }  // namespace
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    std::shared_ptr<Communicator> communicator) {
   const bool report = communicator != nullptr && communicator->rank() == 0;
+  ZERO_CHECK(model != nullptr, "zero::initialize: the model is null");
+  const std::string checkpointing_notice = cpu_checkpointing_notice(config, *model);
+  const ActivationCheckpointingConfig& checkpointing = config.activation_checkpointing;
+  configure_activation_checkpointing(
+      ActivationCheckpointingOptions{checkpointing.cpu_checkpointing, checkpointing.profile});
   std::unique_ptr<Engine> engine =
       config.zero_optimization.stage == 3
           ? make_stage3_engine(std::move(model), config, std::move(communicator))
           : make_flat_engine(std::move(model), config, std::move(communicator));
   release_freed_host_memory();  // what partitioning freed (zero/memory.h says why)
   if (report) {
-    for (const std::string& notice : {compute_dtype_notice(config), offload_notice(config)}) {
+    for (const std::string& notice :
+         {compute_dtype_notice(config), offload_notice(config), checkpointing_notice}) {
       if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
     }
   }

@@ -111,8 +111,8 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   int64_t num_parameters() const override { return num_parameters_; }
   void on_gradient_ready(int index) override;
 
-  void unit_begin(int unit) override;
-  void unit_end(int unit, const std::vector<at::Tensor>& outputs) override;
+  void unit_begin(int unit, CallPhase phase) override;
+  void unit_end(int unit, const std::vector<at::Tensor>& outputs, CallPhase phase) override;
   void unit_abandon(int unit) override;
 
   void pin(const std::vector<at::Tensor>& params) override;
@@ -152,6 +152,8 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void prefetch();
   void enforce_live_budget();
   void before_backward(int unit);
+  // Whether a unit call in `phase` is part of a training micro-step (recorded in the trace).
+  bool training_call(CallPhase phase) const;
   void adopt_trace();
   // Gradients.
   void launch_reduction(int g);
@@ -658,10 +660,28 @@ void Stage3Engine::enforce_live_budget() {
   }
 }
 
-void Stage3Engine::unit_begin(int unit) {
-  const bool training = c10::GradMode::is_enabled() && !in_backward_;
+bool Stage3Engine::training_call(CallPhase phase) const {
+  switch (phase) {
+    case CallPhase::kPlain:
+      return c10::GradMode::is_enabled() && !in_backward_;
+    case CallPhase::kCheckpointedForward:  // grad mode is off inside it, yet it trains
+      return !in_backward_;
+    case CallPhase::kRecompute:
+      return true;
+  }
+  return false;
+}
+
+// Note [Activation checkpointing] (activation_checkpoint.cpp): a checkpointed unit is fetched
+// three times per micro-step (kForward, kRecompute, kBackward), each recorded in the trace.
+void Stage3Engine::unit_begin(int unit, CallPhase phase) {
+  ZERO_CHECK(phase != CallPhase::kRecompute || in_backward_, "the recompute of checkpointed ",
+             "stage-3 unit '", units_[unit].name, "' ran outside engine.backward(loss): call ",
+             "engine.backward(loss) instead of loss.backward()");
+  const bool training = training_call(phase);
+  const FetchMode mode = phase == CallPhase::kRecompute ? FetchMode::kRecompute : FetchMode::kForward;
   for (int g : units_[unit].groups) {
-    fetch(g, training, FetchMode::kForward);
+    fetch(g, training, mode);
     ++groups_[g].in_use;
   }
 }
@@ -670,10 +690,12 @@ void Stage3Engine::unit_abandon(int unit) {
   for (int g : units_[unit].groups) --groups_[g].in_use;
 }
 
-void Stage3Engine::unit_end(int unit, const std::vector<at::Tensor>& outputs) {
-  const bool training = c10::GradMode::is_enabled() && !in_backward_;
+void Stage3Engine::unit_end(int unit, const std::vector<at::Tensor>& outputs, CallPhase phase) {
+  const bool training = training_call(phase);
   for (int g : units_[unit].groups) --groups_[g].in_use;
-  if (training && !units_[unit].groups.empty()) {
+  // A checkpointed forward runs without grad mode: its outputs have no backward of their own
+  // (the checkpoint's recompute calls the unit again and hooks those outputs).
+  if (training && c10::GradMode::is_enabled() && !units_[unit].groups.empty()) {
     // The first gradient to reach any output re-gathers the unit for its backward.
     auto fired = std::make_shared<std::atomic<bool>>(false);
     std::shared_ptr<HookTarget> target = hook_target_;
@@ -688,6 +710,9 @@ void Stage3Engine::unit_end(int unit, const std::vector<at::Tensor>& outputs) {
       });
     }
   }
+  // After a recompute the unit's backward follows at once: its groups stay gathered until
+  // their gradients are reduced (on_gradient_ready) or the backward ends.
+  if (phase == CallPhase::kRecompute) return;
   for (int g : units_[unit].groups) {
     const Group& group = groups_[g];
     if (group.in_use > 0 || group.pins > 0) continue;

@@ -19,6 +19,8 @@ struct Registry {
   std::unordered_map<const torch::nn::Module*, Entry> entries;
 };
 
+thread_local CallPhase call_phase = CallPhase::kPlain;
+
 Registry& registry() {
   static Registry* instance = new Registry();  // never destroyed: units may outlive statics
   return *instance;
@@ -36,6 +38,12 @@ Entry* find_live(Registry& r, const torch::nn::Module& module) {
 }
 
 }  // namespace
+
+CallPhase current_call_phase() { return call_phase; }
+
+CallPhaseScope::CallPhaseScope(CallPhase phase) : previous_(call_phase) { call_phase = phase; }
+
+CallPhaseScope::~CallPhaseScope() { call_phase = previous_; }
 
 void declare_unit(torch::nn::Module& module) {
   std::shared_ptr<const torch::nn::Module> owner;
@@ -121,7 +129,8 @@ UnitCall::UnitCall(const torch::nn::Module& unit) {
     index = binding->unit;
   }
   if (runtime == nullptr) return;  // stages 0-2, or no engine: pass-through
-  runtime->unit_begin(index);
+  phase_ = static_cast<int>(current_call_phase());
+  runtime->unit_begin(index, static_cast<CallPhase>(phase_));
   binding_ = std::move(binding);
 }
 
@@ -135,7 +144,7 @@ void UnitCall::finish(const std::vector<at::Tensor>& outputs) {
     runtime = binding_->runtime;
     index = binding_->unit;
   }
-  if (runtime != nullptr) runtime->unit_end(index, outputs);
+  if (runtime != nullptr) runtime->unit_end(index, outputs, static_cast<CallPhase>(phase_));
 }
 
 UnitCall::~UnitCall() {

@@ -11,14 +11,35 @@
 
 namespace zero {
 
+/// Which kind of forward a unit call is part of (Note [Activation checkpointing] in
+/// activation_checkpoint.cpp); per thread, set by the checkpointed call around its body.
+enum class CallPhase {
+  kPlain,                // an ordinary call (training with grad mode on, or evaluation)
+  kCheckpointedForward,  // the forward of a checkpointed call: grad mode is off, yet training
+  kRecompute,            // its forward run again during backward, before the unit's backward
+};
+CallPhase current_call_phase();
+
+/// Sets this thread's call phase for its lifetime (and restores the previous one).
+class CallPhaseScope {
+ public:
+  explicit CallPhaseScope(CallPhase phase);
+  ~CallPhaseScope();
+  CallPhaseScope(const CallPhaseScope&) = delete;
+  CallPhaseScope& operator=(const CallPhaseScope&) = delete;
+
+ private:
+  CallPhase previous_;
+};
+
 /// What a stage-3 engine does around one call of a unit (zero::run).
 class UnitRuntime {
  public:
   virtual ~UnitRuntime() = default;
   /// Before the body: the unit's parameters must be whole when this returns.
-  virtual void unit_begin(int unit) = 0;
+  virtual void unit_begin(int unit, CallPhase phase) = 0;
   /// After the body returned `outputs`: release, and arrange the re-gather before backward.
-  virtual void unit_end(int unit, const std::vector<at::Tensor>& outputs) = 0;
+  virtual void unit_end(int unit, const std::vector<at::Tensor>& outputs, CallPhase phase) = 0;
   /// The body threw: undo unit_begin without communicating.
   virtual void unit_abandon(int unit) = 0;
 };

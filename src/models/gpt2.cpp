@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "models/lm_head_loss.h"
+#include "zero/activation_checkpointing.h"
 #include "zero/error.h"
 #include "zero/unit.h"
 
@@ -57,6 +58,9 @@ void validate(const GPT2Config& c) {
              c.layer_norm_epsilon);
   ZERO_CHECK(c.initializer_range > 0.0, "GPT2Config.initializer_range must be positive, got ",
              c.initializer_range);
+  ZERO_CHECK(c.checkpointed_blocks >= 0 && c.checkpointed_blocks <= c.n_layer,
+             "GPT2Config.checkpointed_blocks must be in [0, n_layer = ", c.n_layer, "], got ",
+             c.checkpointed_blocks);
 }
 
 at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
@@ -273,8 +277,18 @@ at::Tensor GPT2ModelImpl::forward(const at::Tensor& idx) {
   const auto pos = at::arange(T, idx.options());
   auto x = zero::run(wte, idx) + zero::run(wpe, pos);  // [B, T, C] + [T, C]
   x = maybe_dropout(x, config_.dropout, is_training());
-  for (const auto& block : *h) {
-    x = zero::run_with(*block, [&] { return block->as<BlockImpl>()->forward(x); });
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    const std::shared_ptr<torch::nn::Module> block = h->ptr(i);
+    const auto run_block = [block](const at::Tensor& input) {
+      return zero::run_with(*block, [&] { return block->as<BlockImpl>()->forward(input); });
+    };
+    if (i < config_.checkpointed_blocks) {
+      x = zero::checkpoint([run_block](const std::vector<at::Tensor>& in) {
+            return std::vector<at::Tensor>{run_block(in[0])};
+          }, {x})[0];
+    } else {
+      x = run_block(x);
+    }
   }
   return ln_f->forward(x);
 }
