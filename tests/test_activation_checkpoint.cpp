@@ -162,6 +162,33 @@ TEST(ActivationCheckpointing, Stage3RecomputeIsPartOfTheTrace) {
   EXPECT_EQ(a.reduce_scatter.bytes, b.reduce_scatter.bytes);
 }
 
+// A parameter used inside a checkpointed call and again outside it gets two gradients in one
+// backward (the recompute's backward is its own): refused by name at every stage instead of
+// being reduced wrong.
+TEST(ActivationCheckpointing, ParameterUsedInsideAndOutsideIsRefused) {
+  auto comm = world();
+  for (int stage : {0, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    torch::manual_seed(3);
+    auto model = std::make_shared<torch::nn::LinearImpl>(4, 4);
+    declare_unit(*model);
+    RunOptions options;
+    options.stage = stage;
+    auto engine = initialize(model, parse_config(make_config_json(options), comm->size(), "t"), comm);
+    const at::Tensor x = at::randn({2, 4});
+    torch::nn::Linear holder(model);
+    const at::Tensor y = checkpointed(holder, x);
+    const at::Tensor loss = (zero::run(holder, y) + y).sum();
+    try {
+      engine->backward(loss);
+      ADD_FAILURE() << "a parameter's second gradient was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("received its gradient twice"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ActivationCheckpointing, ConfigKeys) {
   const Config config = parse_config(
       R"({"train_batch_size": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "activation_checkpointing": {"number_checkpoints": 4,

@@ -245,10 +245,12 @@ Inputs prepare(const Options& o, int world) {
   in.config = zero::load_config(o.config_path, world);
   in.model = zero::gpt2::GPT2Config::preset(o.model);
   in.model.dropout = o.dropout;
-  // Activation checkpointing of the GPT-2 blocks: all of them, or the config's
-  // number_checkpoints first ones.
+  // Activation checkpointing of the GPT-2 blocks: with --activation-checkpointing all of them
+  // (or number_checkpoints), or the config's number_checkpoints first ones. A section that only
+  // spells out DeepSpeed's defaults (number_checkpoints null) changes nothing, as in DeepSpeed,
+  // where the model decides what it checkpoints.
   const zero::ActivationCheckpointingConfig& checkpointing = in.config.activation_checkpointing;
-  if (o.activation_checkpointing || checkpointing.enabled) {
+  if (o.activation_checkpointing || checkpointing.number_checkpoints) {
     const int64_t blocks = checkpointing.number_checkpoints.value_or(in.model.n_layer);
     ZERO_CHECK(blocks <= in.model.n_layer, o.config_path,
                ": activation_checkpointing.number_checkpoints = ", blocks, " is more than the ",
@@ -837,8 +839,8 @@ int main(int argc, char** argv) {
       ->check(integer_in(0, cores, "this machine's " + std::to_string(cores) + " cores"));
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "recompute the GPT-2 blocks' forwards during backward instead of keeping their "
-               "activations (also on when the config has an activation_checkpointing section; "
-               "its number_checkpoints says how many blocks)");
+               "activations (also on when the config's activation_checkpointing."
+               "number_checkpoints is set: how many blocks, the first ones)");
   app.add_option("--dropout", o.dropout, "dropout probability of the model, in [0, 1)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {

@@ -3,7 +3,9 @@
 //
 //   x = zero::checkpointed(block, x);              // block->forward(x): a stage-3 unit or any module
 //   auto outs = zero::checkpoint(                  // any code that is a function of its inputs
-//       [&](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{f(in[0], in[1])}; },
+//       [block](const std::vector<at::Tensor>& in) {      // captures by value: it runs again
+//         return std::vector<at::Tensor>{block->forward(in[0], in[1])};  // during backward
+//       },
 //       {x, mask});
 //
 // It works at every stage. At stage 3 a checkpointed unit is gathered for its forward, released,
@@ -15,11 +17,22 @@
 // src/engine/activation_checkpoint.cpp says how.
 //
 // Rules, as for PyTorch's reentrant torch.utils.checkpoint:
-//   - the body must compute the same thing when called again (no state it changes, e.g. a
-//     counter, and no reading of tensors other than its inputs and the modules' parameters
-//     that change between forward and backward);
+//   - the body is kept and called again during backward: capture by value what it uses (a
+//     module holder, numbers), never references to the caller's locals;
+//   - every tensor the body reads, other than the parameters of the modules it calls, must be
+//     one of its inputs (a captured tensor that requires grad would make the recompute's
+//     backward run into the outer graph a second time), and the body must compute the same
+//     thing when called again (no state it changes, e.g. a counter);
 //   - gradients reach the inputs and the parameters the body uses; run the backward with
 //     engine.backward(loss) (torch::autograd::grad with `inputs` is not supported);
+//   - a parameter used inside a checkpointed call may not also be used outside it, or in
+//     another checkpointed call, in the same backward: the recompute's backward gives it a
+//     gradient of its own, and zero reduces each parameter's gradient once per backward
+//     (engine.backward throws, naming the parameter; tied weights: checkpoint every use of
+//     them in one call, or none);
+//   - at stage 3 the units a checkpointed call runs stay gathered from their recompute until
+//     their gradients are reduced: a call that spans k units holds all k at once during its
+//     backward, whatever stage3_max_live_parameters says (checkpoint one unit per call);
 //   - with grad mode off (evaluation) the body just runs.
 #pragma once
 

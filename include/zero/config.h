@@ -113,7 +113,7 @@ struct ZERO_API AioConfig {
 /// hands these options to the checkpointed calls. The keys that partition activations across
 /// model-parallel ranks are rejected: zero has no model parallelism (docs/config.md).
 struct ZERO_API ActivationCheckpointingConfig {
-  bool enabled = false;  // the section was given (not null): zero-train checkpoints its blocks
+  bool enabled = false;  // the section was given (not null)
   /// How many of the model's checkpointable pieces to checkpoint (zero-train: the first this
   /// many GPT-2 blocks); nullopt: all of them.
   std::optional<int64_t> number_checkpoints;

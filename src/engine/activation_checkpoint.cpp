@@ -99,10 +99,11 @@ struct RngStates {
 struct CallState : torch::CustomClassHolder {
   CheckpointBody body;
   RngStates rng;
-  // With cpu_checkpointing, device inputs are kept here as host copies (saved inputs are
-  // empty then) and moved back for the recompute.
-  std::vector<at::Tensor> host_copies;
+  // Per input: where it was (with cpu_checkpointing a device input is saved as a host copy
+  // and moved back for the recompute) and whether it needed a gradient (the copies, made
+  // without grad mode, do not say).
   std::vector<c10::Device> devices;
+  std::vector<bool> differentiable;
   bool profile = false;
   bool anchored = false;  // the last input is the anchor checkpoint() added, not the body's
 };
@@ -121,26 +122,19 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       CallPhaseScope phase(CallPhase::kCheckpointedForward);
       outputs = state->body(body_inputs);
     }
-    bool offload = activation_checkpointing_options().cpu_checkpointing;
-    std::vector<at::Tensor> saved;
+    const bool offload = activation_checkpointing_options().cpu_checkpointing;
+    std::vector<at::Tensor> saved;  // through save_for_backward: freed when autograd is done
     for (const at::Tensor& input : inputs) {
       state->devices.push_back(input.defined() ? input.device() : c10::Device(c10::kCPU));
-      if (offload && input.defined() && !input.is_cpu()) {
-        state->host_copies.push_back(input.to(at::kCPU));
-        saved.emplace_back();
-      } else {
-        state->host_copies.emplace_back();
-        saved.push_back(input);
-      }
+      state->differentiable.push_back(input.defined() && input.requires_grad());
+      saved.push_back(offload && input.defined() && !input.is_cpu() ? input.to(at::kCPU) : input);
     }
     ctx->save_for_backward(saved);
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     for (const at::Tensor& output : outputs) {
       ZERO_CHECK(output.defined(), "zero::checkpoint: the body returned an undefined tensor");
-      if (!at::isFloatingType(output.scalar_type()) && !at::isComplexType(output.scalar_type())) {
-        ctx->mark_non_differentiable({output});
-      }
     }
+    // Integer and boolean outputs get no gradient: autograd treats them as non-differentiable.
     {
       std::lock_guard<std::mutex> lock(settings().mutex);
       ++settings().profile.forwards;
@@ -159,13 +153,11 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     std::vector<at::Tensor> inputs;
     inputs.reserve(saved.size());
     for (size_t i = 0; i < saved.size(); ++i) {
-      at::Tensor input = state->host_copies[i].defined()
-                             ? state->host_copies[i].to(state->devices[i])
-                             : saved[i];
+      at::Tensor input = saved[i];
       if (input.defined()) {
-        const bool differentiable = input.requires_grad();
-        input = input.detach();
-        input.requires_grad_(differentiable);
+        input = input.device() == state->devices[i] ? input.detach()
+                                                    : input.to(state->devices[i]).detach();
+        input.requires_grad_(state->differentiable[i]);
       }
       inputs.push_back(std::move(input));
     }

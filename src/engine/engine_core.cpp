@@ -187,11 +187,31 @@ void EngineCore::register_gradient_hooks(const std::vector<at::Tensor>& params,
         [target, i](const torch::autograd::variable_list& outputs,
                     const torch::autograd::variable_list& /*inputs*/) {
           std::lock_guard<std::mutex> lock(target->mutex);
-          if (target->engine != nullptr) target->engine->on_gradient_ready(i);
+          if (target->engine != nullptr) target->engine->deliver_gradient(i);
           return outputs;
         }));
     accumulators_.push_back(std::move(accumulator));
+    hooked_names_.push_back(names[i]);
   }
+  gradient_arrived_.assign(hooked_names_.size(), 0);
+}
+
+// Autograd sums every contribution to a parameter's gradient before its AccumulateGrad runs,
+// once per backward; the engines count on that (a bucket's or group's pending count, the copy
+// into its buffer). A checkpointed call's recompute runs a backward of its own (Note
+// [Activation checkpointing]), so a parameter used inside one and also elsewhere gets a second
+// AccumulateGrad in the same engine.backward: refused by name rather than reduced wrong.
+void EngineCore::deliver_gradient(int index) {
+  if (in_backward_) {
+    ZERO_CHECK(!gradient_arrived_[index], "parameter '", hooked_names_[index],
+               "' received its gradient twice in one engine.backward: it is used inside a ",
+               "zero::checkpoint call and again outside it (or in two checkpointed calls), and ",
+               "each checkpointed call's recompute runs a backward of its own; zero reduces a ",
+               "parameter's gradient once per backward. Checkpoint every use of it together ",
+               "in one call, or none of them");
+    gradient_arrived_[index] = 1;
+  }
+  on_gradient_ready(index);
 }
 
 WorkHandle EngineCore::counted(WorkHandle collective) {
@@ -298,6 +318,7 @@ void EngineCore::backward(const at::Tensor& loss) {
     window_.loss += loss.detach().to(at::kDouble).item<double>() /
                     static_cast<double>(config_.gradient_accumulation_steps);
   }
+  std::fill(gradient_arrived_.begin(), gradient_arrived_.end(), 0);
   begin_backward();
   const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
   in_backward_ = true;

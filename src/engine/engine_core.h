@@ -68,6 +68,9 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// Called by the AccumulateGrad post hook of trainable parameter `index` (see
   /// register_gradient_hooks), after its gradient has been accumulated into .grad.
   virtual void on_gradient_ready(int index) = 0;
+  /// What the gradient hooks call: refuses a second gradient of a parameter in one backward,
+  /// then on_gradient_ready.
+  void deliver_gradient(int index);
 
   std::string save_checkpoint(const std::string& dir, const std::string& tag,
                               const std::string& client_state) final;
@@ -159,6 +162,8 @@ class EngineCore : public Engine, public CheckpointSubject {
   // Where reduced gradients accumulate at stages 2 and 3 (kept_gradient_dtype, zero/config.h).
   at::ScalarType grad_shard_dtype_;
   bool in_backward_ = false;
+  std::vector<std::string> hooked_names_;  // register_gradient_hooks' names, by index
+  std::vector<char> gradient_arrived_;     // per hooked parameter, in this backward
 
   // NVMe offload (Note [NVMe offload]): declared before state_, whose swap files they outlive.
   std::shared_ptr<AsyncIo> aio_;
