@@ -39,3 +39,6 @@ zero_add_test(NAME test_offload SOURCES test_offload.cpp LIBS zero_engine_harnes
 # Activation checkpointing (zero/activation_checkpointing.h) at stages 0-3.
 zero_add_test(NAME test_activation_checkpoint SOURCES test_activation_checkpoint.cpp
               LIBS zero_engine_harness RANKS 1 2 3 TIMEOUT 600)
+# The memory planner (zero/memory_plan.h) against measured peaks.
+zero_add_test(NAME test_memory_plan SOURCES test_memory_plan.cpp LIBS zero_engine_harness
+              RANKS 1 2 4 TIMEOUT 600)

@@ -4,7 +4,7 @@
 //              [--data PREFIX] [--encoder FILE] [--steps N] [--eval-every K] [--eval-batches B]
 //              [--sample-every K] [--sample-tokens T] [--seq-len T] [--out RUN_DIR]
 //              [--threads T] [--dropout P] [--save-every K] [--checkpoint-dir DIR]
-//              [--resume auto|DIR] [--activation-checkpointing]   (README.md lists them; --help describes them)
+//              [--resume auto|DIR] [--activation-checkpointing] [--plan]   (README.md lists them; --help describes them)
 //   mpirun -np N zero-train ...      or      zero-run -n N -- zero-train ...
 //
 // Everything about the optimization comes from the config (batch sizes, optimizer, precision,
@@ -77,6 +77,7 @@
 #include "zero/gemm_rates.h"
 #include "zero/gpt2.h"
 #include "zero/memory.h"
+#include "zero/memory_plan.h"
 #include "zero/shard.h"
 #include "zero/sharded_init.h"
 #include "zero/tokenizer.h"
@@ -99,7 +100,8 @@ struct Options {
   std::string out = "runs/latest";
   int threads = 0;
   double dropout = 0.0;
-  bool activation_checkpointing = false;  // or the config's activation_checkpointing section
+  bool activation_checkpointing = false;  // or the config's number_checkpoints
+  bool plan = false;                      // print the memory plan of every stage and stop
   int64_t save_every = 0;      // 0: no checkpoints
   std::string checkpoint_dir;  // "": RUN_DIR/checkpoints
   std::string resume;          // "": start fresh; "auto"; or a checkpoint directory
@@ -384,6 +386,26 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     error = e.what();
   }
   if (!ranks_agree_ok(*comm, error)) return 2;
+  // Note [Memory plan] (src/memory/memory_plan.cpp): what each rank will hold at the step's
+  // peak, activations included; --plan prints it for every stage and stops.
+  const zero::MemoryPlan plan =
+      zero::plan_memory(config, in.model.plan_model(mbs, seq, config.compute_dtype));
+  if (o.plan) {
+    if (rank == 0) {
+      zero::PlanModel model = in.model.plan_model(mbs, seq, config.compute_dtype);
+      std::printf("zero-train --plan: %s, %d rank(s), micro-batch %lld x %lld tokens, %s "
+                  "parameters, compute %s%s; per rank at the peak of a training step:\n\n%s",
+                  o.model.c_str(), world, static_cast<long long>(mbs),
+                  static_cast<long long>(seq), zero::dtype_name(config.param_dtype).c_str(),
+                  zero::dtype_name(config.compute_dtype).c_str(),
+                  model.checkpointing ? ", activation checkpointing" : "",
+                  zero::format_memory_plans(zero::plan_every_stage(config, model)).c_str());
+      std::printf("\nthe config's stage is %d: %.2f GiB per rank in memory\n",
+                  config.zero_optimization.stage,
+                  static_cast<double>(plan.peak_memory_bytes) / (1 << 30));
+    }
+    return 0;
+  }
   ResumeFrom from;
   // One job per directory (Note [Directory lock] in directory_lock.h): rank 0 takes the locks
   // before anything is written there and holds them until run() returns.
@@ -406,9 +428,10 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   if (!ranks_agree_ok(*comm, error)) return 2;
 
   try {
-    // Before anything is allocated: does the state fit this machine's memory and disk? (A
-    // CollectiveError on every rank when not: one message, exit 2.)
-    const std::string estimate = zero::check_state_fits(config, in.model.num_parameters(), *comm);
+    // Before anything is allocated: does the planned peak fit this machine's memory, and the
+    // swap files its disk? (A CollectiveError on every rank when not: one message, exit 2.)
+    const std::string estimate =
+        zero::check_plan_fits(config, plan, in.model.num_parameters(), *comm);
     torch::manual_seed(config.seed);
     std::shared_ptr<zero::gpt2::GPT2Impl> model;
     if (config.zero_optimization.stage == 3) {
@@ -837,6 +860,10 @@ int main(int argc, char** argv) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   app.add_option("--threads", o.threads, "libtorch threads per rank (default: cores / ranks)")
       ->check(integer_in(0, cores, "this machine's " + std::to_string(cores) + " cores"));
+  app.add_flag("--plan", o.plan,
+               "print what each rank will hold at the peak of a training step (model state, "
+               "buffers, activations, where each lives) for every ZeRO stage side by side, "
+               "and stop");
   app.add_flag("--activation-checkpointing", o.activation_checkpointing,
                "recompute the GPT-2 blocks' forwards during backward instead of keeping their "
                "activations (also on when the config's activation_checkpointing."

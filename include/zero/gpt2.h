@@ -12,6 +12,7 @@
 #pragma once
 
 #include "zero/export.h"
+#include "zero/memory_plan.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -47,6 +48,14 @@ struct ZERO_API GPT2Config {
   /// it: for estimates before anything is allocated.
   int64_t num_parameters() const;
   static std::vector<std::string> preset_names();
+
+  /// The memory planner's view of this model (zero/memory_plan.h), built without the model:
+  /// its parameters per stage-3 unit in registration order, and the activations of one
+  /// micro-batch of `micro_batch` x `seq` tokens computed in `compute_dtype` through
+  /// GPT2Impl::forward_loss, without and with activation checkpointing (checkpointed_blocks,
+  /// or every block when it is 0); `checkpointing` is checkpointed_blocks > 0. Note [GPT-2
+  /// activation memory] in gpt2.cpp derives them.
+  PlanModel plan_model(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype) const;
 
   /// This configuration as Hugging Face's GPT2Config (the config.json that
   /// `transformers.GPT2LMHeadModel.from_pretrained(dir)` reads beside dir/model.safetensors):

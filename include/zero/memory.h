@@ -8,7 +8,9 @@
 namespace zero {
 
 struct ZERO_API HostMemoryStats {
-  int64_t allocated_bytes = 0;  // live bytes allocated through libtorch's CPU allocator
+  /// Live bytes allocated through libtorch's CPU allocator, plus the communicator's
+  /// shared-memory buffers (Communicator::allocate_buffer), which bypass it.
+  int64_t allocated_bytes = 0;
   int64_t peak_bytes = 0;       // maximum of allocated_bytes since install or reset_peak
   int64_t allocations = 0;      // allocation calls since install
 };

@@ -55,6 +55,7 @@
 #include "comm/reduce_kernels.h"
 #include "comm/shared_segments.h"
 #include "common/env.h"
+#include "common/host_accounting.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -298,8 +299,19 @@ class MpiCommunicator final : public Communicator {
     issue(Call{"allocate_buffer"}, nullptr, 0, bytes, {}, [&] {
       std::function<void(void*)> deleter;
       std::byte* data = shared_->allocate(bytes, &deleter);
-      buffer = data == nullptr ? at::zeros({numel}, options)
-                               : at::from_blob(data, {numel}, deleter, options);
+      if (data == nullptr) {
+        buffer = at::zeros({numel}, options);
+        return;
+      }
+      // Host memory libtorch's allocator does not see (common/host_accounting.h).
+      count_unallocated_host_bytes(bytes);
+      buffer = at::from_blob(
+          data, {numel},
+          [deleter, bytes](void* p) {
+            count_unallocated_host_bytes(-bytes);
+            deleter(p);
+          },
+          options);
     })->wait();
     return buffer;
   }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "common/host_accounting.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -38,12 +39,17 @@ class CountingAllocator final : public c10::Allocator {
       std::lock_guard<std::mutex> lock(mutex_);
       sizes_[data] = static_cast<int64_t>(bytes);
     }
-    const int64_t now = allocated_.fetch_add(static_cast<int64_t>(bytes)) + static_cast<int64_t>(bytes);
+    add(static_cast<int64_t>(bytes));
     allocations_.fetch_add(1);
+    return c10::DataPtr(data, data, &CountingAllocator::release, c10::Device(c10::kCPU));
+  }
+
+  // Bytes now held (or, negative, given back), and the peak they may raise.
+  void add(int64_t bytes) {
+    const int64_t now = allocated_.fetch_add(bytes) + bytes;
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
     }
-    return c10::DataPtr(data, data, &CountingAllocator::release, c10::Device(c10::kCPU));
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::release; }
@@ -99,6 +105,10 @@ void track_host_memory() {
     installed = new CountingAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(installed, /*priority=*/100);
   });
+}
+
+void count_unallocated_host_bytes(int64_t delta) {
+  if (installed != nullptr) installed->add(delta);
 }
 
 HostMemoryStats host_memory_stats() { return installed ? installed->stats() : HostMemoryStats{}; }

@@ -14,6 +14,7 @@
 #include "state/state_store.h"
 #include "zero/error.h"
 #include "zero/memory.h"
+#include "zero/memory_plan.h"
 
 namespace zero {
 namespace {
@@ -81,8 +82,13 @@ StateEstimate estimate_state(const Config& config, int64_t num_parameters) {
   return e;
 }
 
-std::string check_state_fits(const Config& config, int64_t num_parameters, Communicator& comm) {
-  const StateEstimate e = estimate_state(config, num_parameters);
+namespace {
+
+// The check behind check_state_fits and check_plan_fits: `memory_needed` bytes per rank in
+// memory (described by `account`, and `what` in the message), and e's swap files on disk.
+std::string check_fits(const Config& config, const StateEstimate& e, int64_t memory_needed,
+                       const std::string& account, const char* what,
+                       const std::string& first_remedies, Communicator& comm) {
   const ZeroOptimizationConfig& zero = config.zero_optimization;
   // What goes where on disk: each offload section's file under its own nvme_path.
   struct SwapTarget {
@@ -99,7 +105,6 @@ std::string check_state_fits(const Config& config, int64_t num_parameters, Commu
     targets.push_back({"zero_optimization.offload_param.nvme_path", zero.offload_param.nvme_path,
                        e.params_on_nvme});
   }
-  const bool nvme = !targets.empty();
   // Each rank says where it is: its host and what the host has, and per target the file
   // system and its free space.
   std::vector<struct statvfs> spaces(targets.size());
@@ -132,13 +137,11 @@ std::string check_state_fits(const Config& config, int64_t num_parameters, Commu
     }
   }
   const std::string here = host_name();
-  std::string account = "model state per rank: " + gib(e.in_memory) + " in memory";
-  if (nvme) account += " (" + gib(e.staging) + " of it NVMe staging), " + gib(e.on_nvme) + " on NVMe";
   agree_on_failure(comm, "start-up estimate", capture_error([&] {
     const auto& [ranks, available] = hosts.at(here);
-    const int64_t needed = ranks * e.in_memory;
+    const int64_t needed = ranks * memory_needed;
     if (available >= 0) {
-      std::string remedies;
+      std::string remedies = first_remedies;
       if (zero.offload_optimizer.device == OffloadDevice::kNvme) {
         remedies += "lower zero_optimization.sub_group_size or offload_optimizer.buffer_count, ";
       } else {
@@ -151,8 +154,7 @@ std::string check_state_fits(const Config& config, int64_t num_parameters, Commu
       }
       if (zero.stage < 3) remedies += "use a higher stage, ";
       ZERO_CHECK(needed <= available, config.source, ": ", account, "; the ", ranks,
-                 " rank(s) on ", here, " need ", gib(needed),
-                 " of memory for it (activations and gathered parameters come on top), but ",
+                 " rank(s) on ", here, " need ", gib(needed), " of memory for ", what, ", but ",
                  gib(available), " is available (MemAvailable); ", remedies,
                  "or spread the ranks over more machines");
     }
@@ -167,6 +169,41 @@ std::string check_state_fits(const Config& config, int64_t num_parameters, Commu
     }
   }));
   return account;
+}
+
+}  // namespace
+
+std::string check_state_fits(const Config& config, int64_t num_parameters, Communicator& comm) {
+  const StateEstimate e = estimate_state(config, num_parameters);
+  std::string account = "model state per rank: " + gib(e.in_memory) + " in memory";
+  if (e.on_nvme > 0 || e.staging > 0) {
+    account += " (" + gib(e.staging) + " of it NVMe staging), " + gib(e.on_nvme) + " on NVMe";
+  }
+  return check_fits(config, e, e.in_memory, account,
+                    "it (activations and gathered parameters come on top)", "", comm);
+}
+
+std::string check_plan_fits(const Config& config, const MemoryPlan& plan, int64_t num_parameters,
+                            Communicator& comm) {
+  ZERO_CHECK(plan.stage == config.zero_optimization.stage, "check_plan_fits: the plan is for "
+             "stage ", plan.stage, ", the config's stage is ", config.zero_optimization.stage);
+  const StateEstimate e = estimate_state(config, num_parameters);
+  std::string account = "planned peak per rank: " + gib(plan.peak_memory_bytes) + " in memory";
+  std::string remedies;
+  if (const MemoryPlanRow* activations = plan.row("activations")) {
+    account += " (activations " + gib(activations->bytes) + ")";
+    // Activations a large part of the peak: what shrinks them first.
+    if (4 * activations->bytes > plan.peak_memory_bytes) {
+      remedies = plan.row("  with checkpointing") != nullptr
+                     ? "checkpoint activations (zero::checkpoint; zero-train "
+                       "--activation-checkpointing), lower train_micro_batch_size_per_gpu, "
+                     : "lower train_micro_batch_size_per_gpu, ";
+    }
+  }
+  if (plan.nvme_bytes > 0) account += ", " + gib(plan.nvme_bytes) + " on NVMe";
+  return check_fits(config, e, plan.peak_memory_bytes, account,
+                    "the training step's peak (zero-train --plan lists every part)", remedies,
+                    comm);
 }
 
 }  // namespace zero

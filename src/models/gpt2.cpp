@@ -359,6 +359,78 @@ int64_t GPT2Config::num_parameters() const {
   return vocab_size * d + n_positions * d + n_layer * block + 2 * d;
 }
 
+// Note [GPT-2 activation memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// What autograd keeps of one micro-batch (N = batch x seq tokens, e bytes per element of the
+// compute dtype), read off the forward above and libtorch's CPU kernels, and checked against
+// zero::host_memory_stats() (tests/test_memory_plan.cpp, bench/bench_memory_plan.cpp):
+//   - a block saves 16 C N e: its input (ln_1's), ln_1's output (c_attn's input), q, k and v
+//     (3C, the c_attn output the attention reads), the attention output (C), the contiguous
+//     copy c_proj reads (C), the residual sum (ln_2's input), ln_2's output (c_fc's input),
+//     c_fc's output (4C, gelu's input) and gelu's output (4C, mlp c_proj's input); plus
+//     fp32 statistics (two LayerNorms' mean and rstd, 4 N; the attention's log-sum-exp, H N).
+//     With dropout each resid dropout keeps its mask (2 C N e) and the attention takes the
+//     math path, which keeps the probabilities, the mask and the dropped probabilities
+//     (3 B H T^2 e): an estimate, the default dropout 0 is the case measured exactly;
+//   - a checkpointed block keeps its input only (C N e);
+//   - ln_f keeps its input (C N e) and statistics; the fused LM head (Note [Fused LM-head
+//     cross-entropy]) computes its gradients in forward and keeps them: the hidden states'
+//     (C N e) and the tied embedding's (V C e);
+//   - the forward's peak is at the head: an fp32 V x C accumulator and one block of logits
+//     (rows = 2^24 / V, rows x V: in the compute dtype, plus fp32 and compute-dtype copies
+//     when that is 16-bit);
+//   - during backward the head's V x C gradient waits in autograd's input buffer of the tied
+//     embedding until the embedding's backward adds its own dense V x C gradient: 2 V C e at
+//     the end; before that, the worst is the start (everything saved plus the first block's
+//     gradients, about 8 C N e) or, with checkpointing, a recomputed block (its 16 C N e on top
+//     of the held V C e and the checkpointed inputs).
+PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq,
+                                 c10::ScalarType compute_dtype) const {
+  validate(*this);
+  ZERO_CHECK(micro_batch > 0 && seq > 0 && seq <= n_positions, "GPT2Config::plan_model: ",
+             "micro-batch ", micro_batch, " and sequence ", seq, " must be positive, the ",
+             "sequence at most n_positions = ", n_positions);
+  PlanModel model;
+  const int64_t C = n_embd;
+  model.units.push_back(PlanUnit{"transformer.wte", {vocab_size * C}, true});
+  model.units.push_back(PlanUnit{"transformer.wpe", {n_positions * C}, true});
+  for (int64_t i = 0; i < n_layer; ++i) {
+    model.units.push_back(PlanUnit{"transformer.h." + std::to_string(i),
+                                   {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C,
+                                    4 * C * C, C},
+                                   true});
+  }
+  model.units.push_back(PlanUnit{"transformer.ln_f", {C, C}, false});
+
+  const int64_t e = static_cast<int64_t>(c10::elementSize(compute_dtype));
+  const int64_t N = micro_batch * seq;
+  const int64_t CNe = C * N * e;
+  const int64_t V = vocab_size;
+  int64_t block = 16 * CNe + 4 * N * 4 + n_head * N * 4;
+  if (dropout > 0.0) block += 2 * CNe + 3 * micro_batch * n_head * seq * seq * e;
+  const int64_t ids = 2 * N * 8;
+  const int64_t ln_f = CNe + 2 * N * 4;
+  const int64_t head_saved = V * C * e + CNe;
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t{1} << 24) / V));
+  const int64_t head_forward = V * C * 4 + rows * V * (e == 4 ? 4 : 2 * e + 4) + CNe;
+  const int64_t block_gradients = 8 * CNe;
+  auto activations = [&](int64_t checkpointed) {
+    const int64_t kept = (n_layer - checkpointed) * block + checkpointed * CNe + ids + ln_f;
+    ActivationBytes a;
+    a.forward_peak = kept + head_forward;
+    a.backward_peak = std::max(kept + head_saved + block_gradients, 2 * V * C * e + 2 * CNe);
+    if (checkpointed > 0) {
+      a.backward_peak = std::max(a.backward_peak, V * C * e + checkpointed * CNe + block +
+                                                      block_gradients);
+    }
+    return a;
+  };
+  model.activations = activations(0);
+  model.checkpointed = activations(checkpointed_blocks > 0 ? checkpointed_blocks : n_layer);
+  model.checkpointing = checkpointed_blocks > 0;
+  return model;
+}
+
 int64_t GPT2Impl::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();

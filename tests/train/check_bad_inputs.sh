@@ -78,6 +78,12 @@ check batch_not_divisible "train_batch_size" "3" -- --config "$work/batch.json"
 check unknown_model "gpt3" "gpt2-tiny" -- --config "$good_config" --model gpt3
 check steps_zero "--steps" "'0'" -- --config "$good_config" --steps 0
 check save_every_negative "--save-every" "'-1'" -- --config "$good_config" --save-every -1
+# The start-up plan counts activations (Note [Memory plan]): gpt2-large's model state fits at
+# stage 3 on 2 ranks (6.2 GB each), but its activations for 48 x 160 tokens per micro-batch
+# (23 GB each) do not, and the run stops before allocating.
+echo '{"train_micro_batch_size_per_gpu": 48, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3}}' > "$work/big_batch.json"
+check activations_do_not_fit "of memory for the training step's peak" "activations" "MemAvailable" \
+  -- --config "$work/big_batch.json" --model gpt2-large --seq-len 160
 check save_every_not_a_number "--save-every" "'often'" -- --config "$good_config" --save-every often
 check resume_missing "--resume" "$work/none" -- --config "$good_config" --resume "$work/none"
 mkdir -p "$work/bad-checkpoint/global_step1"; echo global_step1 > "$work/bad-checkpoint/latest"

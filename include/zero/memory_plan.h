@@ -1,0 +1,103 @@
+// The memory planner: every byte one rank will hold at the peak of a training step, before
+// anything is allocated, for each ZeRO stage side by side. DeepSpeed's estimators
+// (estimate_zero3_model_states_mem_needs_all_live) count the model states only; this one adds
+// the engine's buffers (gradient buckets, stage 3's gathered units and gradient buffers, NVMe
+// staging) and the activations, with and without activation checkpointing.
+//
+//   zero::PlanModel model = zero::gpt2::GPT2Config::preset("gpt2").plan_model(4, 512, config.compute_dtype);
+//   std::printf("%s", zero::format_memory_plans(zero::plan_every_stage(config, model)).c_str());
+//
+// The model states follow the ZeRO formulas (zero::estimate_state); the buffers follow the
+// engines' rules (docs/design.md, "Memory planner"); the activations come from the model
+// (GPT-2 derives them from its forward, gpt2.h; any other model gives its own or measures
+// them). Checked against what runs measure (zero::host_memory_stats) by tests/test_memory_plan
+// and bench/bench_memory_plan.
+#pragma once
+
+#include "zero/export.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zero/comm.h"
+#include "zero/config.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace zero {
+
+/// One micro-batch's activation memory beyond the model state and the engine's buffers: the
+/// most held at once during forward, and during backward.
+struct ZERO_API ActivationBytes {
+  int64_t forward_peak = 0;
+  int64_t backward_peak = 0;
+  int64_t peak() const { return forward_peak > backward_peak ? forward_peak : backward_peak; }
+};
+
+/// Parameters the planner partitions: per stage-3 unit, its parameters' element counts in
+/// registration order (the engine's grouping rule, Note [Stage 3 units], applies to them).
+struct ZERO_API PlanUnit {
+  std::string name;
+  std::vector<int64_t> parameter_numels;
+  bool declared = true;  // false: parameters outside every unit (they stay whole at stage 3)
+};
+
+struct ZERO_API PlanModel {
+  std::string name;
+  /// Every trainable parameter once, grouped by unit, in registration order; a model without
+  /// declared units is one undeclared entry.
+  std::vector<PlanUnit> units;
+  ActivationBytes activations;                 // without activation checkpointing
+  std::optional<ActivationBytes> checkpointed;  // with it (as the model would checkpoint)
+  bool checkpointing = false;                   // whether the run checkpoints
+  int64_t num_parameters() const;
+};
+
+/// The PlanModel of a built module: its parameters per declared unit (zero/unit.h), in
+/// registration order. Activations are left at 0: set them (e.g. from a measurement).
+ZERO_API PlanModel plan_model_of(const torch::nn::Module& module);
+
+enum class MemoryPlace { kHost, kSharedHost, kNvme };
+ZERO_API const char* memory_place_name(MemoryPlace place);
+
+struct ZERO_API MemoryPlanRow {
+  std::string item;
+  int64_t bytes = 0;
+  MemoryPlace place = MemoryPlace::kHost;
+  bool in_peak = true;  // false: shown for comparison (the other activation variant)
+  std::string basis;    // how it was computed
+};
+
+/// One rank's plan for one stage.
+struct ZERO_API MemoryPlan {
+  int stage = 0;
+  std::vector<MemoryPlanRow> rows;
+  int64_t peak_memory_bytes = 0;  // host memory (RAM, private and shared) at the step's peak
+  int64_t nvme_bytes = 0;         // swap files on NVMe
+  /// The row of `item`, or nullptr.
+  const MemoryPlanRow* row(const std::string& item) const;
+};
+
+/// The plan for `config` (its stage, world size, dtypes, accumulation, offload, buckets,
+/// stage-3 limits) and `model`.
+ZERO_API MemoryPlan plan_memory(const Config& config, const PlanModel& model);
+
+/// plan_memory at stages 0-3, the config otherwise unchanged (offload settings a stage cannot
+/// use are dropped for it).
+ZERO_API std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& model);
+
+/// The plans as one table, a column per plan, with each row's place.
+ZERO_API std::string format_memory_plans(const std::vector<MemoryPlan>& plans);
+
+/// Collective. check_state_fits (zero/memory.h) with `plan`'s peak as the memory each rank
+/// needs: throws zero::Error on every rank when the ranks of a host need more than its
+/// MemAvailable, or their swap files more than the free space under nvme_path, naming what is
+/// needed and what is available. Returns a one-line account of the plan.
+ZERO_API std::string check_plan_fits(const Config& config, const MemoryPlan& plan,
+                                     int64_t num_parameters, Communicator& comm);
+
+}  // namespace zero

@@ -1,0 +1,117 @@
+// The memory planner (zero/memory_plan.h): the planned peak of a training step within 10 % of
+// the peak a run holds (zero::host_memory_stats, shared memory included), for gpt2-tiny at
+// stages 0-3 with and without activation checkpointing; the plan of a built model equals the
+// preset's; the table. Run under mpirun at world sizes 1, 2 and 4.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "test_util.h"
+#include "zero/config.h"
+#include "zero/engine.h"
+#include "zero/error.h"
+#include "zero/gpt2.h"
+#include "zero/memory.h"
+#include "zero/memory_plan.h"
+
+namespace zero::test {
+namespace {
+
+Config config_at(int stage, int world, const std::string& extra = "") {
+  return parse_config(
+      "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_clipping\": 1.0, \"optimizer\": "
+      "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}, \"zero_optimization\": {\"stage\": " +
+          std::to_string(stage) + extra + "}}",
+      world, "test config");
+}
+
+// The peak of every byte this rank holds during the last of three steps (the first two fill
+// the engine's pools and record stage 3's trace), the largest over ranks.
+double measured_peak(const gpt2::GPT2Config& preset, const Config& config, int64_t seq,
+                     const std::shared_ptr<Communicator>& comm) {
+  torch::manual_seed(0);
+  auto model = std::make_shared<gpt2::GPT2Impl>(preset);
+  auto engine = initialize(model, config, comm);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5 + comm->rank());
+  double peak = 0;
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor tokens = at::randint(0, preset.vocab_size, {2, seq + 1}, generator);
+    reset_host_memory_peak();
+    engine->backward(model->forward_loss(tokens.narrow(1, 0, seq).contiguous(),
+                                         tokens.narrow(1, 1, seq).contiguous()));
+    engine->step();
+    peak = static_cast<double>(host_memory_stats().peak_bytes);
+  }
+  at::Tensor t = at::full({1}, peak, at::kDouble);
+  comm->all_reduce(t, ReduceOp::kMax)->wait();
+  return t.item<double>();
+}
+
+TEST(MemoryPlan, PlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
+  track_host_memory();
+  auto comm = world();
+  constexpr int64_t kSeq = 64;
+  for (int stage : {0, 1, 2, 3}) {
+    for (bool checkpointing : {false, true}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + (checkpointing ? ", checkpointing" : ""));
+      gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
+      preset.checkpointed_blocks = checkpointing ? preset.n_layer : 0;
+      const Config config = config_at(stage, comm->size());
+      const MemoryPlan plan = plan_memory(config, preset.plan_model(2, kSeq, config.compute_dtype));
+      const double measured = measured_peak(preset, config, kSeq, comm);
+      const double planned = static_cast<double>(plan.peak_memory_bytes);
+      EXPECT_NEAR(measured / planned, 1.0, 0.10)
+          << "planned " << planned / (1 << 20) << " MiB, measured " << measured / (1 << 20)
+          << " MiB\n" << format_memory_plans({plan});
+    }
+  }
+}
+
+TEST(MemoryPlan, BuiltModelPlansLikeThePreset) {
+  gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
+  const PlanModel from_preset = preset.plan_model(1, 16, at::kFloat);
+  torch::manual_seed(0);
+  const gpt2::GPT2 model(preset);
+  const PlanModel built = plan_model_of(*model);
+  EXPECT_EQ(built.num_parameters(), model->num_parameters());
+  EXPECT_EQ(from_preset.num_parameters(), model->num_parameters());
+  ASSERT_EQ(built.units.size(), from_preset.units.size());
+  for (size_t i = 0; i < built.units.size(); ++i) {
+    EXPECT_EQ(built.units[i].parameter_numels, from_preset.units[i].parameter_numels) << i;
+    EXPECT_EQ(built.units[i].declared, from_preset.units[i].declared) << i;
+  }
+  // Stage 3 at 4 ranks: both give the same plan.
+  const Config config = config_at(3, 4);
+  EXPECT_EQ(plan_memory(config, built).row("gathered units")->bytes,
+            plan_memory(config, from_preset).row("gathered units")->bytes);
+}
+
+TEST(MemoryPlan, EveryStageSideBySide) {
+  gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2");
+  const Config config = config_at(2, 8, ", \"stage3_max_reuse_distance\": 0");
+  const std::vector<MemoryPlan> plans =
+      plan_every_stage(config, preset.plan_model(2, 1024, config.compute_dtype));
+  ASSERT_EQ(plans.size(), 4u);
+  for (int stage = 0; stage < 4; ++stage) EXPECT_EQ(plans[stage].stage, stage);
+  // Model state falls with the stage at 8 ranks; stage 3 adds gathered units.
+  EXPECT_GT(plans[0].row("optimizer state")->bytes, plans[1].row("optimizer state")->bytes);
+  EXPECT_GT(plans[1].row("gradients")->bytes, plans[2].row("gradients")->bytes);
+  EXPECT_GT(plans[2].row("parameters")->bytes, plans[3].row("parameters")->bytes);
+  EXPECT_NE(plans[3].row("gathered units"), nullptr);
+  EXPECT_EQ(plans[0].row("gathered units"), nullptr);
+  // Checkpointing shrinks the activations; the other variant is shown, not counted.
+  const MemoryPlanRow* activations = plans[0].row("activations");
+  const MemoryPlanRow* other = plans[0].row("  with checkpointing");
+  ASSERT_NE(other, nullptr);
+  EXPECT_FALSE(other->in_peak);
+  EXPECT_LT(other->bytes, activations->bytes / 2);
+  const std::string table = format_memory_plans(plans);
+  for (const char* text : {"ZeRO-0", "ZeRO-3", "activations", "gathered units", "peak in memory",
+                           "(RAM, shared)"}) {
+    EXPECT_NE(table.find(text), std::string::npos) << text << "\n" << table;
+  }
+  EXPECT_THROW(preset.plan_model(1, 2048, at::kFloat), Error);
+}
+
+}  // namespace
+}  // namespace zero::test
