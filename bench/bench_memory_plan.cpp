@@ -3,7 +3,8 @@
 // during the last (zero::host_memory_stats, shared memory included) next to the plan's peak.
 //
 //   mpirun -np N bench_memory_plan [--model gpt2-mini] [--stage 0..3] [--batch 1] [--seq 128]
-//                                  [--steps 3] [--dtype fp32|bf16] [--checkpointing off|on|both]
+//                                  [--steps 3] [--dtype fp32|bf16] [--compute fp32|bf16|auto]
+//                                  [--checkpointing off|on|both]
 //
 // Prints one markdown row per variant on rank 0: model, stage, ranks, batch x seq,
 // checkpointing, planned peak (MiB), measured peak (max over ranks), measured / planned, what
@@ -41,6 +42,7 @@ struct Options {
   int steps = 3;
   std::string dtype = "fp32";
   std::string checkpointing = "off";
+  std::string compute;  // compute_data_type; "" = the config's default
 };
 
 Options parse(int argc, char** argv) {
@@ -55,6 +57,7 @@ Options parse(int argc, char** argv) {
     else if (key == "--steps") o.steps = std::stoi(value);
     else if (key == "--dtype") o.dtype = value;
     else if (key == "--checkpointing") o.checkpointing = value;
+    else if (key == "--compute") o.compute = value;
     else {
       std::fprintf(stderr, "unknown option %s\n", key.c_str());
       std::exit(2);
@@ -93,6 +96,7 @@ int main(int argc, char** argv) {
                      ", \"gradient_clipping\": 1.0, \"optimizer\": {\"type\": \"AdamW\", "
                      "\"params\": {\"lr\": 1e-4}}";
   if (o.dtype == "bf16") json += ", \"bf16\": {\"enabled\": true}";
+  if (!o.compute.empty()) json += ", \"compute_data_type\": \"" + o.compute + "\"";
   json += ", \"zero_optimization\": {\"stage\": " + std::to_string(o.stage) + "}}";
   const zero::Config config = zero::parse_config(json, world, "bench");
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
 
 #include "test_util.h"
 #include "zero/config.h"
@@ -17,18 +18,20 @@
 namespace zero::test {
 namespace {
 
-Config config_at(int stage, int world, const std::string& extra = "") {
+Config config_at(int stage, int world, const std::string& extra = "",
+                 const std::string& top = "") {
   return parse_config(
       "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_clipping\": 1.0, \"optimizer\": "
-      "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}, \"zero_optimization\": {\"stage\": " +
-          std::to_string(stage) + extra + "}}",
+      "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}, " + top +
+          "\"zero_optimization\": {\"stage\": " + std::to_string(stage) + extra + "}}",
       world, "test config");
 }
 
 // The peak of every byte this rank holds during the last of three steps (the first two fill
 // the engine's pools and record stage 3's trace), the largest over ranks.
 double measured_peak(const gpt2::GPT2Config& preset, const Config& config, int64_t seq,
-                     const std::shared_ptr<Communicator>& comm) {
+                     const std::shared_ptr<Communicator>& comm,
+                     ModelStateBytes* state = nullptr) {
   torch::manual_seed(0);
   auto model = std::make_shared<gpt2::GPT2Impl>(preset);
   auto engine = initialize(model, config, comm);
@@ -42,29 +45,76 @@ double measured_peak(const gpt2::GPT2Config& preset, const Config& config, int64
     engine->step();
     peak = static_cast<double>(host_memory_stats().peak_bytes);
   }
+  if (state != nullptr) *state = engine->model_state_bytes();
   at::Tensor t = at::full({1}, peak, at::kDouble);
   comm->all_reduce(t, ReduceOp::kMax)->wait();
   return t.item<double>();
 }
 
+// Micro-batches of 2 x 64 tokens.
+MemoryPlan expect_plan_within_ten_percent(const gpt2::GPT2Config& preset, const Config& config,
+                                          const std::shared_ptr<Communicator>& comm,
+                                          ModelStateBytes* state = nullptr) {
+  constexpr int64_t kSeq = 64;
+  const MemoryPlan plan = plan_memory(config, preset.plan_model(2, kSeq, config.compute_dtype));
+  const double measured = measured_peak(preset, config, kSeq, comm, state);
+  const double planned = static_cast<double>(plan.peak_memory_bytes);
+  EXPECT_NEAR(measured / planned, 1.0, 0.10)
+      << "planned " << planned / (1 << 20) << " MiB, measured " << measured / (1 << 20)
+      << " MiB\n" << format_memory_plans({plan});
+  return plan;
+}
+
 TEST(MemoryPlan, PlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
   track_host_memory();
   auto comm = world();
-  constexpr int64_t kSeq = 64;
   for (int stage : {0, 1, 2, 3}) {
     for (bool checkpointing : {false, true}) {
       SCOPED_TRACE("stage " + std::to_string(stage) + (checkpointing ? ", checkpointing" : ""));
       gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
       preset.checkpointed_blocks = checkpointing ? preset.n_layer : 0;
       const Config config = config_at(stage, comm->size());
-      const MemoryPlan plan = plan_memory(config, preset.plan_model(2, kSeq, config.compute_dtype));
-      const double measured = measured_peak(preset, config, kSeq, comm);
-      const double planned = static_cast<double>(plan.peak_memory_bytes);
-      EXPECT_NEAR(measured / planned, 1.0, 0.10)
-          << "planned " << planned / (1 << 20) << " MiB, measured " << measured / (1 << 20)
-          << " MiB\n" << format_memory_plans({plan});
+      expect_plan_within_ten_percent(preset, config, comm);
     }
   }
+}
+
+// bf16 parameters: computing in bf16 at stage 2, and in fp32 from bf16 shards at stage 3
+// (a 16-bit staging buffer per gather, Note [Compute dtype]), with a small prefetch bucket.
+TEST(MemoryPlan, SixteenBitParametersToo) {
+  track_host_memory();
+  auto comm = world();
+  const std::string bf16 = "\"bf16\": {\"enabled\": true}, ";
+  const std::vector<Config> configs = {
+      config_at(2, comm->size(), "", bf16 + "\"compute_data_type\": \"bf16\", "),
+      config_at(3, comm->size(), ", \"stage3_prefetch_bucket_size\": 1e5, "
+                "\"stage3_max_reuse_distance\": 0",
+                bf16 + "\"compute_data_type\": \"fp32\", ")};
+  for (const Config& config : configs) {
+    SCOPED_TRACE("stage " + std::to_string(config.zero_optimization.stage));
+    const gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
+    expect_plan_within_ten_percent(preset, config, comm);
+  }
+}
+
+// Stage 3 with the optimizer state and the unit shards on NVMe: the swap files and their
+// staging buffers as the engine makes them, and the peak in memory.
+TEST(MemoryPlan, OffloadedStateIsPlannedAsTheEngineHoldsIt) {
+  track_host_memory();
+  auto comm = world();
+  const std::string dir = shared_temp_dir("memory-plan");
+  const Config config = config_at(
+      3, comm->size(),
+      ", \"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 100000, "
+      "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir + "\"}, "
+      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + dir +
+          "\", \"buffer_count\": 3, \"max_in_cpu\": 1000000}");
+  ModelStateBytes state;
+  const MemoryPlan plan =
+      expect_plan_within_ten_percent(gpt2::GPT2Config::preset("gpt2-tiny"), config, comm, &state);
+  EXPECT_EQ(plan.row("NVMe staging")->bytes, state.staging);
+  EXPECT_EQ(plan.row("parameters on NVMe")->bytes, state.params_on_nvme);
+  EXPECT_EQ(plan.nvme_bytes, state.on_nvme);
 }
 
 TEST(MemoryPlan, BuiltModelPlansLikeThePreset) {
@@ -80,6 +130,13 @@ TEST(MemoryPlan, BuiltModelPlansLikeThePreset) {
     EXPECT_EQ(built.units[i].parameter_numels, from_preset.units[i].parameter_numels) << i;
     EXPECT_EQ(built.units[i].declared, from_preset.units[i].declared) << i;
   }
+  // Frozen parameters are the module's, whole: not planned as trainable state.
+  torch::nn::Linear partly_frozen(4, 3);
+  partly_frozen->bias.set_requires_grad(false);
+  const PlanModel partly = plan_model_of(*partly_frozen);
+  EXPECT_EQ(partly.num_parameters(), 12);
+  EXPECT_EQ(partly.frozen_parameter_bytes, 3 * 4);
+  EXPECT_EQ(plan_memory(config_at(0, 1), partly).row("frozen parameters")->bytes, 12);
   // Stage 3 at 4 ranks: both give the same plan.
   const Config config = config_at(3, 4);
   EXPECT_EQ(plan_memory(config, built).row("gathered units")->bytes,
@@ -107,7 +164,7 @@ TEST(MemoryPlan, EveryStageSideBySide) {
   EXPECT_LT(other->bytes, activations->bytes / 2);
   const std::string table = format_memory_plans(plans);
   for (const char* text : {"ZeRO-0", "ZeRO-3", "activations", "gathered units", "peak in memory",
-                           "(RAM, shared)"}) {
+                           "(RAM, shared on a node)"}) {
     EXPECT_NE(table.find(text), std::string::npos) << text << "\n" << table;
   }
   EXPECT_THROW(preset.plan_model(1, 2048, at::kFloat), Error);

@@ -386,7 +386,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     error = e.what();
   }
   if (!ranks_agree_ok(*comm, error)) return 2;
-  // Note [Memory plan] (src/memory/memory_plan.cpp): what each rank will hold at the step's
+  // Note [Memory plan] (src/engine/memory_plan.cpp): what each rank will hold at the step's
   // peak, activations included; --plan prints it for every stage and stops.
   const zero::MemoryPlan plan =
       zero::plan_memory(config, in.model.plan_model(mbs, seq, config.compute_dtype));

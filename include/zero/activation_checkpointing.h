@@ -1,7 +1,7 @@
 // Activation checkpointing: a checkpointed call keeps only its inputs during forward and runs
 // its forward again during backward, trading one extra forward for the activations in between.
 //
-//   x = zero::checkpointed(block, x);              // block->forward(x): a stage-3 unit or any module
+//   x = zero::checkpointed(block, x);   // block->forward(x): a stage-3 unit or any module
 //   auto outs = zero::checkpoint(                  // any code that is a function of its inputs
 //       [block](const std::vector<at::Tensor>& in) {      // captures by value: it runs again
 //         return std::vector<at::Tensor>{block->forward(in[0], in[1])};  // during backward

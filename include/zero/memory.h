@@ -9,7 +9,8 @@ namespace zero {
 
 struct ZERO_API HostMemoryStats {
   /// Live bytes allocated through libtorch's CPU allocator, plus the communicator's
-  /// shared-memory buffers (Communicator::allocate_buffer), which bypass it.
+  /// shared-memory buffers (Communicator::allocate_buffer) and NVMe offload's aligned staging
+  /// buffers, which bypass it.
   int64_t allocated_bytes = 0;
   int64_t peak_bytes = 0;       // maximum of allocated_bytes since install or reset_peak
   int64_t allocations = 0;      // allocation calls since install

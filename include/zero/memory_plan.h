@@ -4,11 +4,13 @@
 // the engine's buffers (gradient buckets, stage 3's gathered units and gradient buffers, NVMe
 // staging) and the activations, with and without activation checkpointing.
 //
-//   zero::PlanModel model = zero::gpt2::GPT2Config::preset("gpt2").plan_model(4, 512, config.compute_dtype);
+//   zero::PlanModel model = zero::gpt2::GPT2Config::preset("gpt2").plan_model(
+//       config.train_micro_batch_size_per_gpu, 512, config.compute_dtype);
 //   std::printf("%s", zero::format_memory_plans(zero::plan_every_stage(config, model)).c_str());
 //
 // The model states follow the ZeRO formulas (zero::estimate_state); the buffers follow the
-// engines' rules (docs/design.md, "Memory planner"); the activations come from the model
+// engines' rules, stage 3's gathered units by replaying its schedule (docs/design.md, "Memory
+// planner"); the activations come from the model
 // (GPT-2 derives them from its forward, gpt2.h; any other model gives its own or measures
 // them). Checked against what runs measure (zero::host_memory_stats) by tests/test_memory_plan
 // and bench/bench_memory_plan.
@@ -43,7 +45,8 @@ struct ZERO_API ActivationBytes {
 struct ZERO_API PlanUnit {
   std::string name;
   std::vector<int64_t> parameter_numels;
-  bool declared = true;  // false: parameters outside every unit (they stay whole at stage 3)
+  bool declared = true;       // false: parameters outside every unit (whole at stage 3)
+  bool checkpointed = false;  // its calls are checkpointed (when the model checkpoints)
 };
 
 struct ZERO_API PlanModel {
@@ -51,14 +54,23 @@ struct ZERO_API PlanModel {
   /// Every trainable parameter once, grouped by unit, in registration order; a model without
   /// declared units is one undeclared entry.
   std::vector<PlanUnit> units;
+  /// The order a forward calls the units in (indices into `units`; a unit called twice, like
+  /// GPT-2's tied embedding, appears twice); empty: each unit once, in order. Stage 3's
+  /// gathered units are planned by replaying the engine's schedule over these calls.
+  std::vector<int> forward_calls;
+  /// Parameters that do not require grad: the engines leave them in the module, whole.
+  int64_t frozen_parameter_bytes = 0;
+  int64_t micro_batch = 0;  // what the activations are for (0: not given)
+  int64_t seq = 0;
   ActivationBytes activations;                 // without activation checkpointing
   std::optional<ActivationBytes> checkpointed;  // with it (as the model would checkpoint)
   bool checkpointing = false;                   // whether the run checkpoints
   int64_t num_parameters() const;
 };
 
-/// The PlanModel of a built module: its parameters per declared unit (zero/unit.h), in
-/// registration order. Activations are left at 0: set them (e.g. from a measurement).
+/// The PlanModel of a built module: its trainable parameters per declared unit (zero/unit.h),
+/// in module pre-order, those outside every unit last, and its frozen parameters' bytes.
+/// Activations are left at 0: set them (e.g. from a measurement).
 ZERO_API PlanModel plan_model_of(const torch::nn::Module& module);
 
 enum class MemoryPlace { kHost, kSharedHost, kNvme };
@@ -86,8 +98,10 @@ struct ZERO_API MemoryPlan {
 /// stage-3 limits) and `model`.
 ZERO_API MemoryPlan plan_memory(const Config& config, const PlanModel& model);
 
-/// plan_memory at stages 0-3, the config otherwise unchanged (offload settings a stage cannot
-/// use are dropped for it).
+/// plan_memory at stages 0-3, the config otherwise as given, with what the parser would make of
+/// it at each stage: offload settings a stage cannot use dropped, and the dtypes of
+/// compute_data_type (fp32 compute from 16-bit shards exists at stage 3 only; "auto" on a CPU
+/// with slow 16-bit GEMMs makes the parameters fp32 at stages 0-2).
 ZERO_API std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& model);
 
 /// The plans as one table, a column per plan, with each row's place.

@@ -304,11 +304,11 @@ class MpiCommunicator final : public Communicator {
         return;
       }
       // Host memory libtorch's allocator does not see (common/host_accounting.h).
-      count_unallocated_host_bytes(bytes);
+      const bool counted = count_unallocated_host_bytes(bytes);
       buffer = at::from_blob(
           data, {numel},
-          [deleter, bytes](void* p) {
-            count_unallocated_host_bytes(-bytes);
+          [deleter, bytes, counted](void* p) {
+            count_unallocated_host_bytes(-bytes, counted);
             deleter(p);
           },
           options);

@@ -234,9 +234,9 @@ std::vector<at::Tensor> checkpoint(const CheckpointBody& body,
   auto state = c10::make_intrusive<CallState>();
   state->body = body;
   state->profile = activation_checkpointing_options().profile;
-  const bool any_differentiable = std::any_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) {
-    return t.defined() && t.requires_grad();
-  });
+  const bool any_differentiable =
+      std::any_of(inputs.begin(), inputs.end(),
+                  [](const at::Tensor& t) { return t.defined() && t.requires_grad(); });
   if (any_differentiable) return CheckpointFunction::apply(at::TensorList(inputs), state);
   // Autograd attaches a node only to outputs of differentiable inputs; the parameters inside
   // the body are not inputs. An empty input that requires grad puts the call in the graph, so

@@ -80,11 +80,12 @@ class CountingAllocator final : public c10::Allocator {
 
 };
 
-CountingAllocator* installed = nullptr;
+// Read by deleters and the communicator's thread while track_host_memory may install it.
+std::atomic<CountingAllocator*> installed{nullptr};
 std::once_flag install_once;
 
 void CountingAllocator::release(void* data) {
-  CountingAllocator* self = installed;
+  CountingAllocator* self = installed.load();
   int64_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(self->mutex_);
@@ -102,19 +103,26 @@ void CountingAllocator::release(void* data) {
 void track_host_memory() {
   std::call_once(install_once, [] {
     // Lives for the whole process: tensors may be freed during static destruction.
-    installed = new CountingAllocator(c10::GetCPUAllocator());
-    c10::SetCPUAllocator(installed, /*priority=*/100);
+    auto* counter = new CountingAllocator(c10::GetCPUAllocator());
+    installed.store(counter);
+    c10::SetCPUAllocator(counter, /*priority=*/100);
   });
 }
 
-void count_unallocated_host_bytes(int64_t delta) {
-  if (installed != nullptr) installed->add(delta);
+bool count_unallocated_host_bytes(int64_t delta, bool counted) {
+  CountingAllocator* counter = installed.load();
+  if (counter == nullptr || !counted) return false;
+  counter->add(delta);
+  return true;
 }
 
-HostMemoryStats host_memory_stats() { return installed ? installed->stats() : HostMemoryStats{}; }
+HostMemoryStats host_memory_stats() {
+  CountingAllocator* counter = installed.load();
+  return counter != nullptr ? counter->stats() : HostMemoryStats{};
+}
 
 void reset_host_memory_peak() {
-  if (installed) installed->reset_peak();
+  if (CountingAllocator* counter = installed.load()) counter->reset_peak();
 }
 
 void keep_freed_host_memory() {

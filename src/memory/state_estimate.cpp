@@ -202,8 +202,9 @@ std::string check_plan_fits(const Config& config, const MemoryPlan& plan, int64_
   }
   if (plan.nvme_bytes > 0) account += ", " + gib(plan.nvme_bytes) + " on NVMe";
   return check_fits(config, e, plan.peak_memory_bytes, account,
-                    "the training step's peak (zero-train --plan lists every part)", remedies,
-                    comm);
+                    "the training step's peak (zero::format_memory_plans, or zero-train "
+                    "--plan, lists every part)",
+                    remedies, comm);
 }
 
 }  // namespace zero

@@ -377,8 +377,9 @@ int64_t GPT2Config::num_parameters() const {
 //     cross-entropy]) computes its gradients in forward and keeps them: the hidden states'
 //     (C N e) and the tied embedding's (V C e);
 //   - the forward's peak is at the head: an fp32 V x C accumulator and one block of logits
-//     (rows = 2^24 / V, rows x V: in the compute dtype, plus fp32 and compute-dtype copies
-//     when that is 16-bit);
+//     (rows = min(N, 2^24 / V), rows x V in the compute dtype; when that is 16-bit also the
+//     block's fp32 log-softmax, two compute-dtype copies of the probabilities and the V x C
+//     product before it is added to the accumulator);
 //   - during backward the head's V x C gradient waits in autograd's input buffer of the tied
 //     embedding until the embedding's backward adds its own dense V x C gradient: 2 V C e at
 //     the end; before that, the worst is the start (everything saved plus the first block's
@@ -398,9 +399,14 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq,
     model.units.push_back(PlanUnit{"transformer.h." + std::to_string(i),
                                    {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C,
                                     4 * C * C, C},
-                                   true});
+                                   true, i < checkpointed_blocks});
   }
   model.units.push_back(PlanUnit{"transformer.ln_f", {C, C}, false});
+  // forward_loss: wte and wpe, the blocks, then wte again for the tied head.
+  for (int u = 0; u < static_cast<int>(n_layer) + 2; ++u) model.forward_calls.push_back(u);
+  model.forward_calls.push_back(0);
+  model.micro_batch = micro_batch;
+  model.seq = seq;
 
   const int64_t e = static_cast<int64_t>(c10::elementSize(compute_dtype));
   const int64_t N = micro_batch * seq;
@@ -412,7 +418,11 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq,
   const int64_t ln_f = CNe + 2 * N * 4;
   const int64_t head_saved = V * C * e + CNe;
   const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t{1} << 24) / V));
-  const int64_t head_forward = V * C * 4 + rows * V * (e == 4 ? 4 : 2 * e + 4) + CNe;
+  // The head's loop (lm_head_loss.cpp): the fp32 accumulator and a block of logits; in 16 bits
+  // also the block's fp32 log-softmax, its compute-dtype copy, that copy transposed for the
+  // weight gradient's GEMM, and the GEMM's V x C result before it is added in fp32.
+  const int64_t head_forward =
+      CNe + V * C * 4 + (e == 4 ? rows * V * 4 : rows * V * (3 * e + 4) + V * C * e);
   const int64_t block_gradients = 8 * CNe;
   auto activations = [&](int64_t checkpointed) {
     const int64_t kept = (n_layer - checkpointed) * block + checkpointed * CNe + ids + ln_f;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <new>
 
+#include "common/host_accounting.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -28,9 +29,13 @@ AlignedBuffer::AlignedBuffer(int64_t bytes) : bytes_(align_up(bytes)) {
   data_ = static_cast<char*>(std::aligned_alloc(kSwapAlignment, static_cast<size_t>(bytes_)));
   ZERO_CHECK(data_ != nullptr, "cannot allocate a staging buffer of ", bytes_,
              " bytes for NVMe offload");
+  counted_ = count_unallocated_host_bytes(bytes_);  // not libtorch's: common/host_accounting.h
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+AlignedBuffer::~AlignedBuffer() {
+  count_unallocated_host_bytes(-bytes_, counted_);
+  std::free(data_);
+}
 
 SwapFile::SwapFile(std::string path, int64_t bytes, AsyncIo& io)
     : path_(std::move(path)), bytes_(bytes), io_(io) {

@@ -56,6 +56,7 @@ class AlignedBuffer {
  private:
   char* data_ = nullptr;
   int64_t bytes_ = 0;
+  bool counted_ = false;  // in host_memory_stats (common/host_accounting.h)
 };
 
 class SwapFile {

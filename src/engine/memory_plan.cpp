@@ -1,0 +1,495 @@
+// The memory planner (zero/memory_plan.h).
+//
+// Note [Memory plan]
+// ~~~~~~~~~~~~~~~~~~
+// One rank's peak during a training step is what it holds between steps plus what one
+// micro-batch adds at its worst moment:
+//   - model state: the ZeRO formulas of estimate_state (zero/memory.h), at stage 3 over the
+//     engine's groups (one per unit, persistence rule of Note [Stage 3 units], each padded by
+//     shard_layout), plus the persistent parameters whole;
+//   - the engine's buffers, which its pool keeps from one step to the next (BufferPool,
+//     flat_group.h): stage 2's gradient buckets (the engine's own cut_into_groups at
+//     reduce_bucket_size; two in use while one is reduced and the next filled when there are
+//     several and overlap_comm, which is a lower bound); stage 3's gathered units, found by
+//     replaying the engine's decisions with its GatherSchedule over the model's unit calls
+//     (simulated_gathered_peak); the 16-bit staging buffer of a gather widened into fp32
+//     compute; the gradient buffers of the largest unit and of the persistent group. Stages
+//     0-1 reduce in their gradient buffer, which world > 1 puts in shared memory on a node
+//     (Communicator::allocate_buffer), and with a communication dtype of their own convert a
+//     bucket at a time;
+//   - activations, from the model (PlanModel): GPT-2 derives them from its forward
+//     (gpt2.cpp, Note [GPT-2 activation memory]).
+// What it leaves out: the runtime (code, MPI, glibc's free lists: RSS is above the plan by about
+// 1 GB), and the pool's buffers from a different step shape (evaluation at another batch).
+// tests/test_memory_plan.cpp checks the sum against host_memory_stats()'s peak (which counts
+// shared memory too) within 10 % for gpt2-tiny at every stage and 1, 2 and 4 ranks.
+#include "zero/memory_plan.h"
+
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/flat_group.h"
+#include "engine/gather_schedule.h"
+#include "offload/swap_file.h"
+#include "state/param_store.h"
+#include "zero/error.h"
+#include "zero/memory.h"
+#include "zero/shard.h"
+#include "zero/unit.h"
+
+namespace zero {
+namespace {
+
+int64_t bytes_of(c10::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
+
+// Stage 3's groups per Note [Stage 3 units]: partitioned elements per unit, and the
+// persistent ones (outside every unit, or small while the running total stays within the cap).
+struct Groups {
+  std::vector<int64_t> partitioned;  // per unit with any, in order
+  std::vector<int> group_of_unit;    // per PlanModel unit: its index in `partitioned`, or -1
+  int64_t persistent = 0;
+};
+
+Groups stage3_groups(const PlanModel& model, const ZeroOptimizationConfig& zero) {
+  Groups groups;
+  for (const PlanUnit& unit : model.units) {
+    int64_t numel = 0;
+    for (int64_t p : unit.parameter_numels) {
+      const bool small = p <= zero.stage3_param_persistence_threshold &&
+                         groups.persistent + p <= zero.stage3_model_persistence_threshold;
+      if (!unit.declared || small) {
+        groups.persistent += p;
+      } else {
+        numel += p;
+      }
+    }
+    groups.group_of_unit.push_back(numel > 0 ? static_cast<int>(groups.partitioned.size()) : -1);
+    if (numel > 0) groups.partitioned.push_back(numel);
+  }
+  return groups;
+}
+
+// The most elements stage 3 holds gathered at once during a replayed micro-step: the engine's
+// decisions (Stage3Engine::fetch, unit_end, enforce_live_budget, on_gradient_ready) over the
+// model's unit calls, with the same GatherSchedule making the trace's choices (prefetch, reuse,
+// eviction). A unit's backward comes in the reverse order of the calls, a checkpointed unit's
+// after its recompute; a group is released after the backward of its last call (its gradients
+// are complete only then: GPT-2's tied wte stays gathered from the head's backward to the
+// embedding's).
+int64_t simulated_gathered_peak(const PlanModel& model, const Groups& groups,
+                                const std::vector<int64_t>& padded,
+                                const ZeroOptimizationConfig& zero) {
+  struct Event {
+    int group;
+    FetchMode mode;
+    bool last_backward;  // the group's gradients are complete after it
+  };
+  std::vector<int> calls = model.forward_calls;
+  if (calls.empty()) {
+    for (int u = 0; u < static_cast<int>(model.units.size()); ++u) calls.push_back(u);
+  }
+  std::vector<Event> events;
+  for (int u : calls) {
+    const int g = groups.group_of_unit.at(u);
+    if (g >= 0) events.push_back({g, FetchMode::kForward, false});
+  }
+  std::vector<bool> seen(padded.size(), false);
+  const bool checkpointing = model.checkpointing && model.checkpointed.has_value();
+  for (auto it = calls.rbegin(); it != calls.rend(); ++it) {
+    const int g = groups.group_of_unit.at(*it);
+    if (g < 0) continue;
+    if (checkpointing && model.units[*it].checkpointed) {
+      events.push_back({g, FetchMode::kRecompute, false});
+    }
+    events.push_back({g, FetchMode::kBackward, false});
+  }
+  for (auto it = events.rbegin(); it != events.rend(); ++it) {  // the last backward of each
+    if (it->mode == FetchMode::kBackward && !seen[it->group]) {
+      seen[it->group] = true;
+      it->last_backward = true;
+    }
+  }
+  GatherLimits limits;
+  limits.prefetch_bucket = zero.stage3_prefetch_bucket_size;
+  limits.max_live = zero.stage3_max_live_parameters;
+  limits.max_reuse_distance = zero.stage3_max_reuse_distance;
+  limits.prefetch = zero.overlap_comm_enabled() && zero.stage3_prefetch_bucket_size > 0;
+  GatherSchedule schedule(groups.partitioned, padded, limits);
+  for (const Event& e : events) schedule.fetched(e.group, e.mode);  // the recording micro-step
+  schedule.adopt();
+  std::vector<bool> gathered(padded.size(), false), prefetched(padded.size(), false),
+      complete(padded.size(), false);
+  int64_t live = 0, peak = 0;
+  auto gather = [&](int g) {
+    if (gathered[g]) return;
+    gathered[g] = true;
+    live += padded[g];
+    peak = std::max(peak, live);
+  };
+  auto release = [&](int g) {
+    if (!gathered[g]) return;
+    gathered[g] = prefetched[g] = false;
+    live -= padded[g];
+  };
+  bool backward = false;
+  for (const Event& e : events) {
+    backward = backward || e.mode != FetchMode::kForward;
+    schedule.fetched(e.group, e.mode);
+    gather(e.group);
+    prefetched[e.group] = false;
+    int64_t ahead = 0;
+    for (size_t g = 0; g < padded.size(); ++g) ahead += prefetched[g] ? padded[g] : 0;
+    for (int h : schedule.prefetch([&](int g) { return !gathered[g]; }, ahead, live)) {
+      gather(h);
+      prefetched[h] = true;
+    }
+    if (e.mode == FetchMode::kForward) {  // unit_end
+      if (!schedule.reused_soon(e.group)) release(e.group);
+    } else if (e.last_backward) {          // on_gradient_ready: the group's pending reached 0
+      complete[e.group] = true;
+      release(e.group);
+    }
+    // enforce_live_budget: idle groups, farthest next use first.
+    while (live > zero.stage3_max_live_parameters) {
+      std::vector<int> idle;
+      for (size_t g = 0; g < padded.size(); ++g) {
+        const bool pending = backward && !complete[g];
+        if (gathered[g] && !prefetched[g] && static_cast<int>(g) != e.group && !pending) {
+          idle.push_back(static_cast<int>(g));
+        }
+      }
+      const int victim = schedule.eviction_victim(idle);
+      if (victim < 0) break;
+      release(victim);
+    }
+  }
+  return peak;
+}
+
+std::string human(int64_t bytes) {
+  char text[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= (1 << 30)) {
+    std::snprintf(text, sizeof(text), "%.2f GiB", b / (1 << 30));
+  } else if (b >= (1 << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB", b / (1 << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%.0f KiB", b / 1024);
+  }
+  return text;
+}
+
+}  // namespace
+
+int64_t PlanModel::num_parameters() const {
+  int64_t n = 0;
+  for (const PlanUnit& unit : units) {
+    for (int64_t p : unit.parameter_numels) n += p;
+  }
+  return n;
+}
+
+PlanModel plan_model_of(const torch::nn::Module& module) {
+  PlanModel model;
+  model.name = module.name();
+  PlanUnit outside{"(outside every unit)", {}, /*declared=*/false};
+  std::unordered_set<const void*> seen;
+  std::unordered_map<std::string, int> unit_of;  // module name -> index into model.units (-1)
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    const std::string& name = item.key();
+    int unit = -1;
+    if (!name.empty()) {  // pre-order: the parent came first
+      const auto dot = name.rfind('.');
+      const auto parent = unit_of.find(dot == std::string::npos ? "" : name.substr(0, dot));
+      if (parent != unit_of.end()) unit = parent->second;
+    }
+    if (is_declared_unit(*item.value())) {
+      model.units.push_back(PlanUnit{name.empty() ? model.name : name, {}, true});
+      unit = static_cast<int>(model.units.size()) - 1;
+    }
+    unit_of[name] = unit;
+    for (const auto& parameter : item.value()->named_parameters(/*recurse=*/false)) {
+      const at::Tensor& tensor = parameter.value();
+      if (!seen.insert(tensor.unsafeGetTensorImpl()).second) continue;
+      if (!tensor.requires_grad()) {
+        model.frozen_parameter_bytes += static_cast<int64_t>(tensor.nbytes());
+        continue;
+      }
+      (unit >= 0 ? model.units[unit] : outside).parameter_numels.push_back(tensor.numel());
+    }
+  }
+  if (!outside.parameter_numels.empty()) model.units.push_back(std::move(outside));
+  return model;
+}
+
+const char* memory_place_name(MemoryPlace place) {
+  switch (place) {
+    case MemoryPlace::kHost:
+      return "RAM";
+    case MemoryPlace::kSharedHost:
+      return "RAM, shared on a node";
+    case MemoryPlace::kNvme:
+      return "NVMe";
+  }
+  return "?";
+}
+
+const MemoryPlanRow* MemoryPlan::row(const std::string& item) const {
+  for (const MemoryPlanRow& r : rows) {
+    if (r.item == item) return &r;
+  }
+  return nullptr;
+}
+
+MemoryPlan plan_memory(const Config& config, const PlanModel& model) {
+  const ZeroOptimizationConfig& zero = config.zero_optimization;
+  const int stage = zero.stage;
+  const int world = std::max(1, config.world_size);
+  const int64_t compute = bytes_of(config.compute_dtype);
+  const int64_t comm = bytes_of(config.communication_dtype);
+  MemoryPlan plan;
+  plan.stage = stage;
+  auto add = [&plan](std::string item, int64_t bytes, MemoryPlace place, std::string basis,
+                     bool in_peak = true) {
+    plan.rows.push_back({std::move(item), bytes, place, in_peak, std::move(basis)});
+  };
+
+  // Model state. Stages 0-2: one flat buffer over every parameter; stage 3: the shard space
+  // (this rank's shard of every group) plus the persistent parameters whole.
+  const int64_t psi = model.num_parameters();
+  int64_t state_numel = psi;  // what estimate_state's formulas run over
+  Groups groups;
+  int64_t persistent_padded = 0;
+  if (stage == 3) {
+    groups = stage3_groups(model, zero);
+    int64_t shard_space = 0;
+    for (int64_t numel : groups.partitioned) {
+      shard_space += shard_layout(numel, world, kShardAlignment).shard_numel;
+    }
+    if (groups.persistent > 0) {
+      const ShardLayout layout = shard_layout(groups.persistent, world, kShardAlignment);
+      shard_space += layout.shard_numel;
+      persistent_padded = layout.padded_numel;
+    }
+    state_numel = shard_space * world;  // estimate_state's shard is then the shard space
+  } else {
+    state_numel = shard_layout(psi, world, kShardAlignment).padded_numel;
+  }
+  // The optimizer's part from the formulas; stage 3's parameter offload exactly below.
+  Config without_param_offload = config;
+  without_param_offload.zero_optimization.offload_param = OffloadConfig{};
+  const StateEstimate e = estimate_state(without_param_offload, state_numel);
+  const bool optimizer_on_nvme = zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const MemoryPlace state_place = optimizer_on_nvme ? MemoryPlace::kNvme : MemoryPlace::kHost;
+  const std::string dtype = dtype_name(config.param_dtype);
+  int64_t param_staging = 0;
+  if (stage == 3) {
+    // The engine's ParamStore (param_store.h): the persistent group's shard, then each unit's,
+    // and with offload_param "nvme" the segments param_segments leaves on disk, read through
+    // max(2, min(buffer_count, swapped)) slots of the largest swapped shard.
+    std::vector<int64_t> shards;
+    std::vector<bool> resident;
+    if (groups.persistent > 0) {
+      shards.push_back(shard_layout(groups.persistent, world, kShardAlignment).shard_numel);
+      resident.push_back(true);
+    }
+    for (int64_t numel : groups.partitioned) {
+      shards.push_back(shard_layout(numel, world, kShardAlignment).shard_numel);
+      resident.push_back(false);
+    }
+    const OffloadConfig& offload = zero.offload_param;
+    const bool offloaded = offload.device == OffloadDevice::kNvme;
+    int64_t in_memory = 0, on_disk = 0, largest = 0, swapped = 0;
+    for (const ParamStore::Segment& segment :
+         param_segments(shards, resident, offloaded ? offload.max_in_cpu : state_numel)) {
+      if (segment.swapped) {
+        on_disk += segment.numel;
+        largest = std::max(largest, segment.numel);
+        ++swapped;
+      } else {
+        in_memory += segment.numel;
+      }
+    }
+    const int64_t param_bytes = bytes_of(config.param_dtype);
+    if (swapped > 0) {
+      param_staging = std::max<int64_t>(2, std::min<int64_t>(offload.buffer_count, swapped)) *
+                      align_up(largest * param_bytes);
+    }
+    add("parameters", in_memory * param_bytes, MemoryPlace::kHost,
+        dtype + " shards" + (swapped > 0 ? " kept in memory (max_in_cpu, persistent group)" : ""));
+    if (swapped > 0) {
+      add("parameters on NVMe", on_disk * param_bytes, MemoryPlace::kNvme, dtype + " unit shards");
+    }
+    add("persistent parameters", persistent_padded * compute, MemoryPlace::kHost,
+        "whole on every rank: outside units or <= stage3_param_persistence_threshold");
+  } else {
+    add("parameters", e.params, MemoryPlace::kHost, dtype + ", whole");
+  }
+  if (model.frozen_parameter_bytes > 0) {
+    add("frozen parameters", model.frozen_parameter_bytes, MemoryPlace::kHost,
+        "not trainable: whole in the module, as built");
+  }
+  add("gradients", e.grads,
+      stage <= 1 && world > 1 ? MemoryPlace::kSharedHost : MemoryPlace::kHost,
+      stage <= 1 ? "whole, reduced in place; in shared memory when the ranks share a node"
+                 : "the owned shard");
+  if (e.master_params > 0) add("fp32 master", e.master_params, state_place, "fp32");
+  add("optimizer state", e.optimizer_state, state_place,
+      config.optimizer.type == OptimizerType::kSGD ? "momentum, fp32" : "Adam m and v, fp32");
+  if (e.staging + param_staging > 0) {
+    add("NVMe staging", e.staging + param_staging, MemoryPlace::kHost,
+        "offload_optimizer's buffer_count tiles, offload_param's slots");
+  }
+
+  // The engine's buffers.
+  if (stage <= 2) {
+    // The flat engine's buckets (flat_engine.cpp): parameters in reverse registration order,
+    // cut at reduce_bucket_size (a larger parameter is a bucket of its own).
+    std::vector<int64_t> numels;
+    for (const PlanUnit& unit : model.units) {
+      numels.insert(numels.end(), unit.parameter_numels.begin(), unit.parameter_numels.end());
+    }
+    std::reverse(numels.begin(), numels.end());
+    const int64_t padded = shard_layout(psi, world, kShardAlignment).padded_numel;
+    int64_t largest = 0;
+    size_t buckets = 0;
+    if (!numels.empty()) {
+      for (const FlatGroup& bucket :
+           cut_into_groups(numels, std::max<int64_t>(1, zero.reduce_bucket_size), padded)) {
+        largest = std::max(largest, bucket.range.size());
+        ++buckets;
+      }
+    }
+    if (stage == 2 && zero.contiguous_gradients) {
+      // Gradients are copied into pooled bucket buffers: one, or with overlap_comm one being
+      // filled while the ones before it are reduced (at least two when there are several).
+      const bool several = buckets > 1 && zero.overlap_comm_enabled();
+      add("gradient buckets", (several ? 2 : 1) * largest * comm, MemoryPlace::kHost,
+          several ? "2 x the largest bucket (with overlap_comm: at least)"
+                  : "the largest bucket (reduce_bucket_size, capped at the model)");
+    } else if (stage <= 1 && config.communication_dtype != config.param_dtype) {
+      add("gradient conversion", largest * comm, MemoryPlace::kHost,
+          "a bucket's gradients converted to communication_data_type while reduced");
+    }
+  }
+  if (stage == 3) {
+    int64_t largest = 0;
+    std::vector<int64_t> padded;
+    for (int64_t numel : groups.partitioned) {
+      padded.push_back(shard_layout(numel, world, kShardAlignment).padded_numel);
+      largest = std::max(largest, padded.back());
+    }
+    const int64_t gathered = simulated_gathered_peak(model, groups, padded, zero);
+    add("gathered units", gathered * compute, MemoryPlace::kHost,
+        "the units gathered at once: the engine's prefetch, reuse and eviction replayed over "
+        "the model's unit calls");
+    if (config.compute_dtype != config.param_dtype) {
+      // Note [Compute dtype]: the 16-bit shards are gathered into a staging buffer and widened.
+      add("gather staging", largest * bytes_of(config.param_dtype), MemoryPlace::kHost,
+          "the largest unit in the stored dtype, widened into the compute dtype");
+    }
+    add("unit gradient buffer", largest * comm, MemoryPlace::kHost,
+        "the largest unit's gradients while reduced");
+    if (persistent_padded > 0) {
+      add("persistent grad buffer", persistent_padded * comm, MemoryPlace::kHost,
+          "filled during backward, reduced at its end");
+    }
+  }
+
+  // Activations of one micro-batch; the other variant shown beside for comparison.
+  const bool checkpointing = model.checkpointing && model.checkpointed.has_value();
+  const ActivationBytes& used = checkpointing ? *model.checkpointed : model.activations;
+  add("activations", used.peak(), MemoryPlace::kHost,
+      std::string(checkpointing ? "with" : "without") + " activation checkpointing" +
+          (model.micro_batch > 0 ? ", micro-batch " + std::to_string(model.micro_batch) + " x " +
+                                       std::to_string(model.seq) + " tokens"
+                                 : std::string()));
+  if (model.checkpointed.has_value()) {
+    add(checkpointing ? "  without checkpointing" : "  with checkpointing",
+        (checkpointing ? model.activations : *model.checkpointed).peak(), MemoryPlace::kHost,
+        "not in this plan's peak", /*in_peak=*/false);
+  }
+
+  for (const MemoryPlanRow& r : plan.rows) {
+    if (!r.in_peak) continue;
+    if (r.place == MemoryPlace::kNvme) {
+      plan.nvme_bytes += r.bytes;
+    } else {
+      plan.peak_memory_bytes += r.bytes;
+    }
+  }
+  return plan;
+}
+
+std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& model) {
+  std::vector<MemoryPlan> plans;
+  for (int stage = 0; stage <= 3; ++stage) {
+    Config c = config;
+    c.zero_optimization.stage = stage;
+    if (stage < 3) c.zero_optimization.offload_param = OffloadConfig{};  // stage 3 only
+    if (stage == 0) c.zero_optimization.offload_optimizer = OffloadConfig{};
+    // parse_compute_dtype's rule (config.cpp), at this stage: compute_data_type "auto" that
+    // chose fp32 makes the parameters (and a communication dtype that follows them) fp32 at
+    // stages 0-2 and computes in fp32 from 16-bit shards at stage 3; fp32 compute from 16-bit
+    // parameters exists at stage 3 only.
+    const bool auto_fp32 = config.compute_dtype_auto && config.compute_dtype == at::kFloat;
+    const bool follows = config.communication_dtype == config.param_dtype;
+    const c10::ScalarType stored =
+        config.param_dtype != at::kFloat ? config.param_dtype : config.configured_param_dtype;
+    c.param_dtype = stage < 3 && auto_fp32 ? at::kFloat : stored;
+    if (follows) c.communication_dtype = c.param_dtype;
+    c.compute_dtype = stage == 3 && (auto_fp32 || config.zero_optimization.stage == 3)
+                          ? config.compute_dtype
+                          : c.param_dtype;
+    plans.push_back(plan_memory(c, model));
+  }
+  return plans;
+}
+
+std::string format_memory_plans(const std::vector<MemoryPlan>& plans) {
+  // Every plan's items in first appearance, the activations last, as each plan orders them.
+  std::vector<std::string> items, activations;
+  for (const MemoryPlan& plan : plans) {
+    bool after_activations = false;
+    for (const MemoryPlanRow& r : plan.rows) {
+      after_activations = after_activations || r.item == "activations";
+      std::vector<std::string>& list = after_activations ? activations : items;
+      if (std::find(list.begin(), list.end(), r.item) == list.end()) list.push_back(r.item);
+    }
+  }
+  items.insert(items.end(), activations.begin(), activations.end());
+  // One line: the item left-aligned, then a right-aligned cell per plan.
+  std::ostringstream out;
+  const auto line = [&](const std::string& item, const auto& cell_of) {
+    constexpr int kItem = 24, kColumn = 25;
+    char cell[96];
+    std::snprintf(cell, sizeof(cell), "%-*s", kItem, item.c_str());
+    out << cell;
+    for (const MemoryPlan& plan : plans) {
+      std::snprintf(cell, sizeof(cell), "%*s", kColumn, cell_of(plan).c_str());
+      out << cell;
+    }
+    out << "\n";
+  };
+  line("per rank", [](const MemoryPlan& plan) { return "ZeRO-" + std::to_string(plan.stage); });
+  for (const std::string& item : items) {
+    line(item, [&item](const MemoryPlan& plan) {
+      const MemoryPlanRow* r = plan.row(item);
+      if (r == nullptr) return std::string("-");
+      if (r->place == MemoryPlace::kHost) return human(r->bytes);
+      return human(r->bytes) + " (" + memory_place_name(r->place) + ")";
+    });
+  }
+  line("peak in memory", [](const MemoryPlan& plan) { return human(plan.peak_memory_bytes); });
+  const bool nvme = std::any_of(plans.begin(), plans.end(),
+                                [](const MemoryPlan& plan) { return plan.nvme_bytes > 0; });
+  if (nvme) line("on NVMe", [](const MemoryPlan& plan) { return human(plan.nvme_bytes); });
+  return out.str();
+}
+
+}  // namespace zero
