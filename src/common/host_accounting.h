@@ -13,4 +13,8 @@ namespace zero {
 /// unmapping of memory mapped before is not subtracted (pass it to the matching call).
 bool count_unallocated_host_bytes(int64_t delta, bool counted = true);
 
+/// Where the counts go: set by zero::track_host_memory (src/memory/host_memory.cpp), which is
+/// not in every build of the library's folders (the sanitizer builds of comm/ alone).
+void set_unallocated_host_bytes_sink(void (*add)(int64_t));
+
 }  // namespace zero

@@ -106,15 +106,10 @@ void track_host_memory() {
     auto* counter = new CountingAllocator(c10::GetCPUAllocator());
     installed.store(counter);
     c10::SetCPUAllocator(counter, /*priority=*/100);
+    set_unallocated_host_bytes_sink([](int64_t delta) { installed.load()->add(delta); });
   });
 }
 
-bool count_unallocated_host_bytes(int64_t delta, bool counted) {
-  CountingAllocator* counter = installed.load();
-  if (counter == nullptr || !counted) return false;
-  counter->add(delta);
-  return true;
-}
 
 HostMemoryStats host_memory_stats() {
   CountingAllocator* counter = installed.load();
