@@ -14,11 +14,11 @@
 // memory columns are left out (run `on` and `off` for them).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,27 +45,6 @@ struct Options {
   std::string compute;  // compute_data_type; "" = the config's default
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i];
-    const std::string value = argv[i + 1];
-    if (key == "--model") o.model = value;
-    else if (key == "--stage") o.stage = std::stoi(value);
-    else if (key == "--batch") o.batch = std::stoll(value);
-    else if (key == "--seq") o.seq = std::stoll(value);
-    else if (key == "--steps") o.steps = std::stoi(value);
-    else if (key == "--dtype") o.dtype = value;
-    else if (key == "--checkpointing") o.checkpointing = value;
-    else if (key == "--compute") o.compute = value;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", key.c_str());
-      std::exit(2);
-    }
-  }
-  return o;
-}
-
 double max_over_ranks(zero::Communicator& comm, double value) {
   at::Tensor t = at::full({1}, value, at::kDouble);
   comm.all_reduce(t, zero::ReduceOp::kMax)->wait();
@@ -84,7 +63,18 @@ struct Run {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o;
+  CLI::App app{"The memory planner against measured peaks; activation checkpointing"};
+  app.add_option("--model", o.model, "GPT-2 preset");
+  app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3));
+  app.add_option("--batch", o.batch, "micro-batch (sequences)");
+  app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--steps", o.steps, "training steps (the last is measured)");
+  app.add_option("--dtype", o.dtype, "parameter dtype")->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--compute", o.compute, "compute_data_type (default: the config's)");
+  app.add_option("--checkpointing", o.checkpointing, "activation checkpointing")
+      ->check(CLI::IsMember({"off", "on", "both"}));
+  CLI11_PARSE(app, argc, argv);
   zero::keep_freed_host_memory();
   zero::track_host_memory();
   auto comm = zero::make_mpi_communicator();

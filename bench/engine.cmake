@@ -14,5 +14,5 @@ target_link_libraries(bench_offload PRIVATE zero_internal CLI11::CLI11)
 target_compile_options(bench_offload PRIVATE ${ZERO_WARNINGS})
 # The memory planner against measured peaks; activation checkpointing's memory and time.
 add_executable(bench_memory_plan ${CMAKE_CURRENT_LIST_DIR}/bench_memory_plan.cpp)
-target_link_libraries(bench_memory_plan PRIVATE zero zero_gpt2)
+target_link_libraries(bench_memory_plan PRIVATE zero zero_gpt2 CLI11::CLI11)
 target_compile_options(bench_memory_plan PRIVATE ${ZERO_WARNINGS})

@@ -388,18 +388,17 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   if (!ranks_agree_ok(*comm, error)) return 2;
   // Note [Memory plan] (src/engine/memory_plan.cpp): what each rank will hold at the step's
   // peak, activations included; --plan prints it for every stage and stops.
-  const zero::MemoryPlan plan =
-      zero::plan_memory(config, in.model.plan_model(mbs, seq, config.compute_dtype));
+  const zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype);
+  const zero::MemoryPlan plan = zero::plan_memory(config, plan_model);
   if (o.plan) {
     if (rank == 0) {
-      zero::PlanModel model = in.model.plan_model(mbs, seq, config.compute_dtype);
       std::printf("zero-train --plan: %s, %d rank(s), micro-batch %lld x %lld tokens, %s "
                   "parameters, compute %s%s; per rank at the peak of a training step:\n\n%s",
                   o.model.c_str(), world, static_cast<long long>(mbs),
                   static_cast<long long>(seq), zero::dtype_name(config.param_dtype).c_str(),
                   zero::dtype_name(config.compute_dtype).c_str(),
-                  model.checkpointing ? ", activation checkpointing" : "",
-                  zero::format_memory_plans(zero::plan_every_stage(config, model)).c_str());
+                  plan_model.checkpointing ? ", activation checkpointing" : "",
+                  zero::format_memory_plans(zero::plan_every_stage(config, plan_model)).c_str());
       std::printf("\nthe config's stage is %d: %.2f GiB per rank in memory\n",
                   config.zero_optimization.stage,
                   static_cast<double>(plan.peak_memory_bytes) / (1 << 30));

@@ -30,17 +30,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "engine/flat_group.h"
 #include "engine/gather_schedule.h"
+#include "engine/unit_grouping.h"
 #include "offload/swap_file.h"
 #include "state/param_store.h"
 #include "zero/error.h"
 #include "zero/memory.h"
 #include "zero/shard.h"
-#include "zero/unit.h"
 
 namespace zero {
 namespace {
@@ -197,33 +196,27 @@ int64_t PlanModel::num_parameters() const {
 PlanModel plan_model_of(const torch::nn::Module& module) {
   PlanModel model;
   model.name = module.name();
+  // The engines' own collector and stage 3's grouping rule (unit_grouping.h): each trainable
+  // parameter's home unit. Persistence is the planner's to apply (it knows the config).
+  const ModelParameters collected = collect_trainable_parameters(module, /*require_some=*/false);
+  const UnitAssignment units = assign_units(collected, 0, 0);
+  for (int m : units.unit_modules) {
+    const std::string& name = collected.modules[m].first;
+    model.units.push_back(PlanUnit{name.empty() ? model.name : name, {}, true});
+  }
   PlanUnit outside{"(outside every unit)", {}, /*declared=*/false};
-  std::unordered_set<const void*> seen;
-  std::unordered_map<std::string, int> unit_of;  // module name -> index into model.units (-1)
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    const std::string& name = item.key();
-    int unit = -1;
-    if (!name.empty()) {  // pre-order: the parent came first
-      const auto dot = name.rfind('.');
-      const auto parent = unit_of.find(dot == std::string::npos ? "" : name.substr(0, dot));
-      if (parent != unit_of.end()) unit = parent->second;
-    }
-    if (is_declared_unit(*item.value())) {
-      model.units.push_back(PlanUnit{name.empty() ? model.name : name, {}, true});
-      unit = static_cast<int>(model.units.size()) - 1;
-    }
-    unit_of[name] = unit;
-    for (const auto& parameter : item.value()->named_parameters(/*recurse=*/false)) {
-      const at::Tensor& tensor = parameter.value();
-      if (!seen.insert(tensor.unsafeGetTensorImpl()).second) continue;
-      if (!tensor.requires_grad()) {
-        model.frozen_parameter_bytes += static_cast<int64_t>(tensor.nbytes());
-        continue;
-      }
-      (unit >= 0 ? model.units[unit] : outside).parameter_numels.push_back(tensor.numel());
-    }
+  for (size_t i = 0; i < collected.parameters.size(); ++i) {
+    const int home = units.home_unit[i];
+    PlanUnit& unit = home >= 0 ? model.units[home] : outside;
+    unit.parameter_numels.push_back(collected.parameters[i].numel);
   }
   if (!outside.parameter_numels.empty()) model.units.push_back(std::move(outside));
+  std::unordered_set<const void*> frozen;
+  for (const at::Tensor& parameter : module.parameters()) {
+    if (!parameter.requires_grad() && frozen.insert(parameter.unsafeGetTensorImpl()).second) {
+      model.frozen_parameter_bytes += static_cast<int64_t>(parameter.nbytes());
+    }
+  }
   return model;
 }
 
