@@ -23,17 +23,23 @@ if(NOT TARGET zero::torch_cuda)
   set(zero_wheel_nccl "${TORCH_INSTALL_PREFIX}/../nvidia/nccl")
   find_path(ZERO_NCCL_INCLUDE_DIR nccl.h
             HINTS "${zero_wheel_nccl}/include" ${CUDAToolkit_INCLUDE_DIRS})
-  find_library(ZERO_NCCL_LIBRARY NAMES nccl libnccl.so.2
+  find_library(ZERO_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
                HINTS "${zero_wheel_nccl}/lib" ${CUDAToolkit_LIBRARY_DIR})
   if(NOT ZERO_NCCL_INCLUDE_DIR OR NOT ZERO_NCCL_LIBRARY)
     list(APPEND ZERO_CUDA_MISSING "NCCL (nccl.h, libnccl)")
   endif()
   if(NOT ZERO_CUDA_MISSING)
+    # libtorch_cuda registers ATen's CUDA kernels and hooks when it is loaded; zero may call
+    # none of its symbols directly, so a linker that drops unused libraries (--as-needed, the
+    # default of Ubuntu's toolchain) would leave it out, and every CUDA tensor operation would
+    # fail at run time ("Could not run 'aten::empty_strided' ... 'CUDA' backend"). It is linked
+    # with --no-as-needed, scoped by --push-state/--pop-state so nothing else changes; CI links
+    # with --as-needed (scripts/setup.sh) and test_cuda's CudaKernels.Registered checks it.
     add_library(zero::torch_cuda INTERFACE IMPORTED)
     set_target_properties(zero::torch_cuda PROPERTIES
       INTERFACE_INCLUDE_DIRECTORIES "${ZERO_NCCL_INCLUDE_DIR};${CUDAToolkit_INCLUDE_DIRS}"
       INTERFACE_LINK_LIBRARIES
-        "zero::torch;${ZERO_TORCH_CUDA_LIBRARY};${ZERO_C10_CUDA_LIBRARY};CUDA::cudart;${ZERO_NCCL_LIBRARY}")
+        "zero::torch;-Wl,--push-state,--no-as-needed;${ZERO_TORCH_CUDA_LIBRARY};${ZERO_C10_CUDA_LIBRARY};-Wl,--pop-state;CUDA::cudart;${ZERO_NCCL_LIBRARY}")
   endif()
 endif()
 if(TARGET zero::torch_cuda)

@@ -5,13 +5,14 @@
 #
 #   scripts/gpu-check.sh [--quick]     --quick: the tests only, no benchmarks
 #
-# Needs: python3 with a CUDA build of torch, the CUDA toolkit (nvcc, runtime headers), a C++
-# compiler, CMake and Ninja (or make), and the Debian packages scripts/setup.sh names for MPI,
-# nlohmann-json, CLI11, GoogleTest, liburing and zlib. Where they are not installed and apt is
-# there (and we are root), they are installed. Where apt is not (the lent GPU machines: no
-# apt, no network), they come from .gpu-deps/*.deb, which scripts/gpu-deps.sh downloads on a
-# Debian machine beforehand; they are unpacked into build-gpu.deps/ and used from there (Open MPI
-# relocated with OPAL_PREFIX). The machine's own torch is used, never replaced.
+# Needs: python3 with a CUDA build of torch (2.11 to 2.15), the CUDA toolkit (nvcc, runtime
+# headers), a C++ compiler, CMake and Ninja (or make), and MPI, nlohmann-json, CLI11, GoogleTest,
+# liburing, zlib and pkg-config. Each one the machine has is used as it is; each one it lacks is
+# installed from apt where there is apt (and we are root), else taken from .gpu-deps/*.deb
+# (scripts/gpu-deps.sh downloads them on a Debian machine beforehand; the lent GPU machines have
+# no apt and no network), unpacked into build-gpu.deps/ and used from there, Open MPI relocated
+# with OPAL_PREFIX and its PMIx plugins taken from the same tree. A library the machine has is
+# never mixed with a packaged build of it. The machine's own torch is used, never replaced.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -30,44 +31,90 @@ say "torch (version, CUDA, available, devices): $torch_info"
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
 
 # ---- dependencies --------------------------------------------------------------------------
+# Each dependency is taken from the machine when it has it, and only the missing ones are
+# filled: from apt where there is apt (and we are root), else from .gpu-deps/*.deb unpacked
+# into $deps_root. One library never comes from two places: with the machine's Open MPI, none
+# of the packaged MPI stack (libopenmpi, PMIx, hwloc, libevent) is unpacked or put on a path.
+# ZERO_GPU_DEPS=debs takes every dependency from .gpu-deps (to try that path on any machine);
+# ZERO_GPU_MISSING="liburing ..." treats the named ones as missing (to try the gap filling).
 cmake_args=()
 deps_root="$repo/$BUILD_DIR.deps"  # unpacked here (ignored; only .gpu-deps/*.deb travel)
-# ZERO_GPU_DEPS=debs uses .gpu-deps even where the packages are installed (to try that path).
-if [ "${ZERO_GPU_DEPS:-auto}" != debs ] && command -v mpicc >/dev/null &&
-   [ -f /usr/include/nlohmann/json.hpp ]; then
-  say "dependencies: installed"
+declare -A debs_of=(
+  [mpi]="libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2"
+  [json]="nlohmann-json3-dev" [cli11]="libcli11-dev" [gtest]="libgtest-dev"
+  [liburing]="liburing2 liburing-dev" [zlib]="zlib1g-dev" [pkgconfig]="pkgconf pkgconf-bin libpkgconf3")
+declare -A apt_of=(
+  [mpi]="libopenmpi-dev openmpi-bin" [json]="nlohmann-json3-dev" [cli11]="libcli11-dev"
+  [gtest]="libgtest-dev" [liburing]="liburing-dev" [zlib]="zlib1g-dev" [pkgconfig]="pkg-config")
+have_header() {  # HEADER: found by the C++ compiler's default search (or /usr/local/include)
+  echo "#include <$1>" | "${CXX:-c++}" -x c++ -E - >/dev/null 2>&1 || [ -f "/usr/local/include/$1" ]
+}
+have() {  # DEPENDENCY: present on this machine
+  case " ${ZERO_GPU_MISSING:-} " in *" $1 "*) return 1 ;; esac
+  [ "${ZERO_GPU_DEPS:-auto}" = debs ] && return 1
+  case "$1" in
+    mpi) command -v mpicc >/dev/null && command -v mpirun >/dev/null ;;
+    json) have_header nlohmann/json.hpp ;;
+    cli11) have_header CLI/CLI.hpp ;;
+    gtest) have_header gtest/gtest.h ;;
+    liburing) command -v pkg-config >/dev/null && pkg-config --exists 'liburing >= 2.0' ;;
+    zlib) have_header zlib.h ;;
+    pkgconfig) command -v pkg-config >/dev/null ;;
+  esac
+}
+missing=()
+for dep in mpi json cli11 gtest liburing zlib pkgconfig; do have "$dep" || missing+=("$dep"); done
+# liburing is found through pkg-config: a packaged liburing brings the packaged pkgconf too.
+[[ " ${missing[*]} " == *" liburing "* && " ${missing[*]} " != *" pkgconfig "* ]] && missing+=(pkgconfig)
+if ((${#missing[@]} == 0)); then
+  say "dependencies: all installed"
 elif [ "${ZERO_GPU_DEPS:-auto}" != debs ] && command -v apt-get >/dev/null && [ "$(id -u)" -eq 0 ] &&
      apt-get update -qq 2>/dev/null; then
-  say "dependencies: installing from apt"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ cmake ninja-build pkg-config \
-    libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev zlib1g-dev liburing-dev \
-    libgtest-dev >/dev/null
-elif ls .gpu-deps/*.deb >/dev/null 2>&1; then
-  say "dependencies: unpacking .gpu-deps/*.deb into $deps_root"
-  if [ ! -f "$deps_root/.unpacked" ]; then
-    rm -rf "$deps_root" && mkdir -p "$deps_root"
-    for deb in .gpu-deps/*.deb; do dpkg-deb -x "$deb" "$deps_root" 2>/dev/null || dpkg -x "$deb" "$deps_root"; done
-    # Debian makes these names with update-alternatives at install time.
-    for tool in mpirun mpiexec mpicc mpicxx; do
-      ln -sf "$tool.openmpi" "$deps_root/usr/bin/$tool"
+  pkgs=(); for dep in "${missing[@]}"; do pkgs+=(${apt_of[$dep]}); done
+  say "dependencies: installing from apt: ${pkgs[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+else
+  debs=()
+  for dep in "${missing[@]}"; do
+    for p in ${debs_of[$dep]}; do
+      f="$(ls .gpu-deps/"${p}"_*.deb 2>/dev/null | head -1)"
+      [ -n "$f" ] || { say "dependencies: $dep is missing here and .gpu-deps has no ${p}_*.deb: run scripts/gpu-deps.sh on a Debian machine and bring .gpu-deps/"; exit 1; }
+      debs+=("$f")
     done
-    ln -sf pkgconf "$deps_root/usr/bin/pkg-config"
-    touch "$deps_root/.unpacked"
+  done
+  say "dependencies: installed except ${missing[*]}; those from .gpu-deps into $deps_root"
+  stamp="$(printf '%s\n' "${debs[@]}" | sort | tr '\n' ' ')"
+  if [ "$(cat "$deps_root/.unpacked" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$deps_root" && mkdir -p "$deps_root"
+    for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$deps_root" 2>/dev/null || dpkg -x "$deb" "$deps_root"; done
+    echo "$stamp" >"$deps_root/.unpacked"
   fi
   lib="$deps_root/usr/lib/x86_64-linux-gnu"
-  export OPAL_PREFIX="$deps_root/usr"
   export PATH="$deps_root/usr/bin:$PATH"
-  export LD_LIBRARY_PATH="$lib:$lib/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export PKG_CONFIG_PATH="$lib/pkgconfig"
-  export PKG_CONFIG_SYSROOT_DIR="$deps_root"
-  cmake_args+=(-DMPI_C_COMPILER="$deps_root/usr/bin/mpicc.openmpi"
-               -DMPIEXEC_EXECUTABLE="$deps_root/usr/bin/mpirun.openmpi"
-               -DPKG_CONFIG_EXECUTABLE="$deps_root/usr/bin/pkgconf")
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   TORCH_PREFIX="$TORCH_PREFIX;$deps_root/usr"
-else
-  say "dependencies: missing (no apt here): run scripts/gpu-deps.sh on a Debian machine and bring .gpu-deps/"
-  exit 1
+  if [[ " ${missing[*]} " == *" pkgconfig "* ]]; then
+    ln -sf pkgconf "$deps_root/usr/bin/pkg-config"
+    cmake_args+=(-DPKG_CONFIG_EXECUTABLE="$deps_root/usr/bin/pkgconf")
+  fi
+  if [[ " ${missing[*]} " == *" liburing "* ]]; then
+    # Only the unpacked liburing.pc is searched, and its /usr paths are read under the tree.
+    export PKG_CONFIG_LIBDIR="$lib/pkgconfig"
+    export PKG_CONFIG_SYSROOT_DIR="$deps_root"
+  fi
+  if [[ " ${missing[*]} " == *" mpi "* ]]; then
+    # Debian makes these names with update-alternatives at install time.
+    for tool in mpirun mpiexec mpicc mpicxx; do ln -sf "$tool.openmpi" "$deps_root/usr/bin/$tool"; done
+    export LD_LIBRARY_PATH="$lib/openmpi/lib:$LD_LIBRARY_PATH"
+    # Open MPI relocated; PMIx must load its plugins from the unpacked tree, not from a
+    # different PMIx build the machine may have in the same standard path (undefined symbols).
+    export OPAL_PREFIX="$deps_root/usr"
+    export PMIX_MCA_mca_base_component_path="$lib/pmix2/lib/pmix"
+    cmake_args+=(-DMPI_C_COMPILER="$deps_root/usr/bin/mpicc.openmpi"
+                 -DMPIEXEC_EXECUTABLE="$deps_root/usr/bin/mpirun.openmpi")
+  fi
 fi
+for dep in "${missing[@]}"; do say "  $dep: $( [ -d "$deps_root" ] && echo ".gpu-deps" || echo apt )"; done
 
 # ---- build ---------------------------------------------------------------------------------
 generator=(-G Ninja)
@@ -78,7 +125,7 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
     { tail -40 "$BUILD_DIR.configure.log" | tee -a "$results"; exit 1; }
 fi
 jobs="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
-targets=(test_cuda test_comm_staged test_optimizer)
+targets=(test_cuda_linkage test_cuda test_comm_staged test_optimizer)
 [ "$quick" = 1 ] || targets+=(bench_cuda)
 say "== build (${targets[*]}, $jobs jobs)"
 cmake --build "$BUILD_DIR" -j "$jobs" --target "${targets[@]}" >"$BUILD_DIR.build.log" 2>&1 ||
@@ -99,6 +146,12 @@ run_test() {  # NAME RANKS
   fi
 }
 say "== tests"
+if "$BUILD_DIR/tests/test_cuda_linkage" --gtest_color=no >"$BUILD_DIR/test_cuda_linkage.log" 2>&1; then
+  say "PASS test_cuda_linkage (libtorch's CUDA kernels registered with zero_cuda)"
+else
+  say "FAIL test_cuda_linkage:"; grep -E "Failure|error" -A3 "$BUILD_DIR/test_cuda_linkage.log" | head -20 | tee -a "$results"
+  status=1
+fi
 run_test test_cuda 1
 run_test test_cuda 2
 run_test test_comm_staged 2

@@ -52,7 +52,11 @@ if ! "$PYTHON" -c 'import transformers' 2>/dev/null; then
 fi
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
 
+# Linked with --as-needed, as Ubuntu's toolchain links by default (Debian's does not): a library
+# that the link would drop although it is needed for its side effects (libtorch_cuda registers
+# ATen's CUDA kernels) then fails here, in test_cuda_linkage, not on a GPU machine.
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+    -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed -DCMAKE_SHARED_LINKER_FLAGS=-Wl,--as-needed \
     >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
 fi

@@ -5,3 +5,11 @@ if(TARGET zero_cuda)
   zero_add_test(NAME test_cuda SOURCES test_cuda.cpp RANKS 1 2
                 LIBS zero_engine_harness zero_cuda zero::torch_cuda TIMEOUT 900)
 endif()
+# A program linking the shared zero_cuda alone (no libtorch CUDA library on its own link line)
+# has libtorch's CUDA kernels registered: runs without a GPU, so CI checks the linkage.
+if(TARGET zero_cuda)
+  add_executable(test_cuda_linkage test_cuda_linkage.cpp)
+  target_compile_options(test_cuda_linkage PRIVATE ${ZERO_WARNINGS})
+  target_link_libraries(test_cuda_linkage PRIVATE zero_cuda GTest::gtest GTest::gtest_main)
+  add_test(NAME test_cuda_linkage COMMAND $<TARGET_FILE:test_cuda_linkage>)
+endif()

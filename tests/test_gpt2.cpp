@@ -101,6 +101,40 @@ TEST(GPT2, ParameterNamesAndShapesMatchHF) {
   EXPECT_EQ(model->num_parameters(), count_from_shapes(c));
 }
 
+TEST(GPT2, NamedShapes) {
+  // Presets by name are the presets.
+  EXPECT_EQ(GPT2Config::named("gpt2-xl").num_parameters(), 1557611200);
+  // The size anchors of the GPU issue: L32 C4096 with head size 128 is 6.65B.
+  const GPT2Config big = GPT2Config::named("L32-C4096-H32");
+  EXPECT_EQ(big.n_layer, 32);
+  EXPECT_EQ(big.n_embd, 4096);
+  EXPECT_EQ(big.n_head, 32);
+  EXPECT_EQ(big.n_positions, 1024);
+  EXPECT_EQ(big.vocab_size, 50257);
+  EXPECT_NEAR(static_cast<double>(big.num_parameters()), 6.65e9, 0.01e9);
+  EXPECT_EQ(big.num_parameters(), count_from_shapes(big));
+  const GPT2Config wide = GPT2Config::named("L36-C2560");
+  EXPECT_EQ(wide.n_head, 40);  // width / 64
+  EXPECT_NEAR(static_cast<double>(wide.num_parameters()), 2.97e9, 0.01e9);
+  const GPT2Config context = GPT2Config::named("L2-C128-H2-T64");
+  EXPECT_EQ(context.n_positions, 64);
+  EXPECT_EQ(GPT2(context)->num_parameters(), count_from_shapes(context));
+  // Every malformed name is refused with the text, the presets and the syntax.
+  for (const char* bad : {"", "L", "L32", "C4096", "L32-C", "L32-C4096-", "L32-H4-C128",
+                          "L32-C4096-H32-H32", "L0-C128", "L2-C100", "L2-C128-H3", "L2-C128-X4",
+                          "L2-C128-T0", "L99999999-C128", "gpt3", "l2-c128"}) {
+    try {
+      (void)GPT2Config::named(bad);
+      ADD_FAILURE() << "accepted \"" << bad << "\"";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(std::string("\"") + bad + "\""), std::string::npos) << message;
+      EXPECT_NE(message.find("gpt2-medium"), std::string::npos) << message;
+      EXPECT_NE(message.find("L<layers>-C<width>"), std::string::npos) << message;
+    }
+  }
+}
+
 TEST(GPT2, PresetParameterCounts) {
   // HF's GPT2LMHeadModel.num_parameters() for the public checkpoints.
   const std::vector<std::pair<std::string, int64_t>> hf = {{"gpt2", 124439808},

@@ -1,6 +1,6 @@
 // zero-train: trains GPT-2 with ZeRO across MPI ranks from a DeepSpeed config.
 //
-//   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|gpt2|gpt2-medium|gpt2-large|gpt2-xl]
+//   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|gpt2|gpt2-medium|gpt2-large|gpt2-xl|L<layers>-C<width>...]
 //              [--data PREFIX] [--encoder FILE] [--steps N] [--eval-every K] [--eval-batches B]
 //              [--sample-every K] [--sample-tokens T] [--seq-len T] [--out RUN_DIR]
 //              [--threads T] [--dropout P] [--save-every K] [--checkpoint-dir DIR]
@@ -245,7 +245,7 @@ struct Inputs {
 Inputs prepare(const Options& o, int world) {
   Inputs in;
   in.config = zero::load_config(o.config_path, world);
-  in.model = zero::gpt2::GPT2Config::preset(o.model);
+  in.model = zero::gpt2::GPT2Config::named(o.model);
   in.model.dropout = o.dropout;
   // Activation checkpointing of the GPT-2 blocks: with --activation-checkpointing all of them
   // (or number_checkpoints), or the config's number_checkpoints first ones. A section that only
@@ -835,9 +835,10 @@ int main(int argc, char** argv) {
   // A later flag overrides an earlier one (scripts/demo.sh passes defaults, users add their own).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
-  // Checked after start-up (GPT2Config::preset), so the message comes once, from rank 0.
+  // Checked after start-up (GPT2Config::named), so the message comes once, from rank 0.
   app.add_option("--model", o.model, "model preset: gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, "
-                 "gpt2-large, gpt2-xl")->capture_default_str();
+                 "gpt2-large, gpt2-xl; or a shape L<layers>-C<width>[-H<heads>][-T<context>], "
+                 "e.g. L32-C4096-H32")->capture_default_str();
   app.add_option("--data", o.data, "token files PREFIX_train.bin and PREFIX_val.bin")
       ->capture_default_str();
   app.add_option("--encoder", o.encoder, "GPT-2 encoder.json for decoding samples")

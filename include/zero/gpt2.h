@@ -44,6 +44,11 @@ struct ZERO_API GPT2Config {
   /// "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M).
   /// Unknown names throw zero::Error listing the known ones.
   static GPT2Config preset(const std::string& name);
+  /// A preset (above), or a GPT-2 shape beyond them: "L<layers>-C<width>[-H<heads>][-T<context>]",
+  /// e.g. "L32-C4096-H32" (6.65B parameters). Heads default to width / 64 (GPT-2's head size),
+  /// the context to 1024; the vocabulary is GPT-2's. Anything else throws zero::Error naming
+  /// the text, the presets and the shape syntax.
+  static GPT2Config named(const std::string& name);
   /// Trainable elements of a model of this shape (GPT2Impl::num_parameters), without building
   /// it: for estimates before anything is allocated.
   int64_t num_parameters() const;

@@ -13,26 +13,40 @@
 namespace zero {
 namespace {
 
-// libtorch 2.x can make a storage throw (with our message) on any data access instead of
-// handing out a null pointer; 1.x cannot, and a released parameter read there is undefined.
+// libtorch can make a storage throw (with our message) on any data access instead of handing
+// out a null pointer, through two private-by-convention members of c10::StorageImpl: one sets
+// the message, the other clears it when the storage gets its data back. A released parameter is
+// made to throw only where both exist: libtorch 2.11 has the first but not the second, and a
+// storage that could not be cleared would throw on every later access. Without them (1.x,
+// 2.11) a released parameter's storage is a null pointer of zero bytes, and reading it is an
+// error from ATen rather than our message. Each member is detected on its own, so a libtorch
+// that renames either one compiles and only loses the message.
 template <typename S, typename = void>
-struct CanThrowOnAccess : std::false_type {};
+struct HasSetAccessError : std::false_type {};
 template <typename S>
-struct CanThrowOnAccess<S, std::void_t<decltype(std::declval<S&>()
-                                                    .release_data_and_set_meta_custom_data_ptr_error_msg_(
-                                                        std::optional<std::string>()))>>
+struct HasSetAccessError<S, std::void_t<decltype(std::declval<S&>()
+                                                     .release_data_and_set_meta_custom_data_ptr_error_msg_(
+                                                         std::optional<std::string>()))>>
     : std::true_type {};
+template <typename S, typename = void>
+struct HasClearAccessError : std::false_type {};
+template <typename S>
+struct HasClearAccessError<
+    S, std::void_t<decltype(std::declval<S&>().clear_data_ptr_access_error_msg_())>>
+    : std::true_type {};
+template <typename S>
+constexpr bool kCanThrowOnAccess = HasSetAccessError<S>::value && HasClearAccessError<S>::value;
 
 template <typename S>
 void throw_on_access(S& storage, const std::string& message) {
-  if constexpr (CanThrowOnAccess<S>::value) {
+  if constexpr (kCanThrowOnAccess<S>) {
     storage.release_data_and_set_meta_custom_data_ptr_error_msg_(message);
   }
 }
 
 template <typename S>
 void allow_access(S& storage) {
-  if constexpr (CanThrowOnAccess<S>::value) storage.clear_data_ptr_access_error_msg_();
+  if constexpr (kCanThrowOnAccess<S>) storage.clear_data_ptr_access_error_msg_();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -92,6 +93,67 @@ GPT2Config GPT2Config::preset(const std::string& name) {
   }
   throw Error(detail::concat("unknown GPT-2 preset \"", name,
                              "\"; known presets: ", join_preset_names()));
+}
+
+GPT2Config GPT2Config::named(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) return preset(name);
+  }
+  // "L32-C4096-H32-T2048": fields in this order, each a letter and a positive integer.
+  const std::string syntax =
+      "a shape L<layers>-C<width>[-H<heads>][-T<context>], e.g. L32-C4096-H32";
+  auto fail = [&](const std::string& why) -> GPT2Config {
+    throw Error(detail::concat("unknown GPT-2 model \"", name, "\"", why.empty() ? "" : ": ", why,
+                               "; allowed: a preset (", join_preset_names(), ") or ", syntax));
+  };
+  if (name.empty() || name.front() != 'L') return fail("");
+  GPT2Config c;
+  c.n_head = 0;
+  const std::string letters = "LCHT";
+  size_t next_letter = 0;
+  size_t at = 0;
+  while (at < name.size()) {
+    if (at > 0) {
+      if (name[at] != '-') return fail("expected '-' before '" + name.substr(at) + "'");
+      ++at;
+    }
+    const size_t letter = at < name.size() ? letters.find(name[at], next_letter) : std::string::npos;
+    if (letter == std::string::npos) return fail("unexpected '" + name.substr(at) + "'");
+    ++at;
+    size_t digits = 0;
+    while (at + digits < name.size() && std::isdigit(static_cast<unsigned char>(name[at + digits]))) {
+      ++digits;
+    }
+    if (digits == 0 || digits > 7) {
+      return fail(std::string("'") + letters[letter] + "' needs a positive integer of at most 7 digits");
+    }
+    const int64_t value = std::stoll(name.substr(at, digits));
+    at += digits;
+    if (value <= 0) return fail(std::string("'") + letters[letter] + "' must be positive");
+    switch (letters[letter]) {
+      case 'L': c.n_layer = value; break;
+      case 'C': c.n_embd = value; break;
+      case 'H': c.n_head = value; break;
+      default: c.n_positions = value; break;
+    }
+    next_letter = letter + 1;
+    if (letters[letter] == 'L' && (at >= name.size() || name.compare(at, 2, "-C") != 0)) {
+      return fail("the width C<width> must follow the layers");
+    }
+  }
+  if (c.n_head == 0) {
+    if (c.n_embd % 64 != 0) {
+      return fail("width " + std::to_string(c.n_embd) +
+                  " is not a multiple of 64 (the default head size); give the heads with -H");
+    }
+    c.n_head = c.n_embd / 64;
+  }
+  if (c.n_embd % c.n_head != 0) {
+    return fail("width " + std::to_string(c.n_embd) + " is not divisible by " +
+                std::to_string(c.n_head) + " heads");
+  }
+  validate(c);
+  return c;
 }
 
 std::string GPT2Config::hf_config_json(const std::string& dtype) const {
