@@ -36,7 +36,8 @@ TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix
 # into $deps_root. One library never comes from two places: with the machine's Open MPI, none
 # of the packaged MPI stack (libopenmpi, PMIx, hwloc, libevent) is unpacked or put on a path.
 # ZERO_GPU_DEPS=debs takes every dependency from .gpu-deps (to try that path on any machine);
-# ZERO_GPU_MISSING="liburing ..." treats the named ones as missing (to try the gap filling).
+# ZERO_GPU_MISSING="liburing ..." treats the named ones as missing and ZERO_GPU_APT=0 ignores apt
+# (together: the lent GPU machines' case, on any machine).
 cmake_args=()
 deps_root="$repo/$BUILD_DIR.deps"  # unpacked here (ignored; only .gpu-deps/*.deb travel)
 declare -A debs_of=(
@@ -68,7 +69,8 @@ for dep in mpi json cli11 gtest liburing zlib pkgconfig; do have "$dep" || missi
 [[ " ${missing[*]} " == *" liburing "* && " ${missing[*]} " != *" pkgconfig "* ]] && missing+=(pkgconfig)
 if ((${#missing[@]} == 0)); then
   say "dependencies: all installed"
-elif [ "${ZERO_GPU_DEPS:-auto}" != debs ] && command -v apt-get >/dev/null && [ "$(id -u)" -eq 0 ] &&
+elif [ "${ZERO_GPU_DEPS:-auto}" != debs ] && [ "${ZERO_GPU_APT:-1}" != 0 ] &&
+     command -v apt-get >/dev/null && [ "$(id -u)" -eq 0 ] &&
      apt-get update -qq 2>/dev/null; then
   pkgs=(); for dep in "${missing[@]}"; do pkgs+=(${apt_of[$dep]}); done
   say "dependencies: installing from apt: ${pkgs[*]}"
