@@ -42,3 +42,7 @@ zero_add_test(NAME test_activation_checkpoint SOURCES test_activation_checkpoint
 # The memory planner (zero/memory_plan.h) against measured peaks.
 zero_add_test(NAME test_memory_plan SOURCES test_memory_plan.cpp LIBS zero_engine_harness
               RANKS 1 2 4 TIMEOUT 600)
+# ZeRO-Offload of a device model through its CPU stand-in (Note [Offload of a device model]).
+# White-box (it reads the engine's overlapped-step count), so on the static library.
+zero_add_test(NAME test_device_offload SOURCES test_device_offload.cpp
+              LIBS zero_engine_harness_internal INTERNAL RANKS 1 2 3 TIMEOUT 600)

@@ -169,6 +169,52 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
   }
 }
 
+// A device model's offloaded optimizer (Note [Offload of a device model], run through its CPU
+// stand-in, ZERO_EMULATE_DEVICE_OFFLOAD) saves what training in memory saves: its checkpoints
+// resume in memory and the other way round, bit for bit, at stages 1-3, with the overlapped
+// step (bf16, no clipping, a schedule) and with the step after backward (fp16 or clipping).
+TEST(Checkpoint, DeviceOffloadResumesAcrossPlacementsBitExactly) {
+  const ModelSpec spec = tiny_gpt2_spec();
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (bool overlapped : {true, false}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + (overlapped ? " overlapped" : " after"));
+      RunOptions in_memory = fp16_scheduled(stage);
+      if (overlapped) {
+        in_memory.dtype = "bf16";
+        in_memory.gradient_clipping = 0;
+      }
+      RunOptions offloaded = in_memory;
+      offloaded.extra_zero_json += std::string(stage == 3 ? ", " : "") +
+                                   "\"offload_optimizer\": {\"device\": \"cpu\"}";
+      auto make = [&](const RunOptions& options) {
+        if (&options == &offloaded) setenv("ZERO_EMULATE_DEVICE_OFFLOAD", "1", 1);
+        Trainer t = make_trainer(spec, options);
+        unsetenv("ZERO_EMULATE_DEVICE_OFFLOAD");
+        return t;
+      };
+      Trainer straight = make(in_memory);
+      const std::vector<double> expected = train(straight, spec, in_memory, 0, 6);
+      for (const RunOptions* saver : {&offloaded, &in_memory}) {
+        const RunOptions* loader = saver == &offloaded ? &in_memory : &offloaded;
+        SCOPED_TRACE(saver == &offloaded ? "saved offloaded" : "saved in memory");
+        const std::string dir = shared_dir("device-offload-resume" + std::to_string(stage));
+        {
+          Trainer first = make(*saver);
+          train(first, spec, *saver, 0, 3);
+          first.engine->save_checkpoint(dir, "mid");
+        }
+        Trainer resumed = make(*loader);
+        resumed.engine->load_checkpoint(dir, "mid");
+        const std::vector<double> rest = train(resumed, spec, *loader, 3, 6);
+        for (size_t i = 0; i < rest.size(); ++i) {
+          EXPECT_EQ(rest[i], expected[3 + i]) << "step " << 3 + i;
+        }
+        EXPECT_TRUE(at::equal(parameters_of(resumed), parameters_of(straight)));
+      }
+    }
+  }
+}
+
 // A swap write that fails in the middle of a step (Note [NVMe offload], Note [Parameter
 // offload]) loses nothing: on one rank the writes fail (a file-size limit below the swap
 // files' ends makes the kernel refuse them, as a disk that runs out of blocks would), every

@@ -95,4 +95,12 @@ ProgressStyle progress_style() {
   return value;
 }
 
+bool emulate_device_offload() {
+  const char* text = std::getenv("ZERO_EMULATE_DEVICE_OFFLOAD");
+  if (text == nullptr || *text == '\0' || std::string(text) == "0") return false;
+  ZERO_CHECK(std::string(text) == "1", "environment variable ZERO_EMULATE_DEVICE_OFFLOAD='", text,
+             "' is invalid: expected '1' or '0'");
+  return true;
+}
+
 }  // namespace zero::env

@@ -35,4 +35,11 @@ ZERO_INTERNAL_API ProgressStyle progress_style();
 /// "fp32=80,bf16=8" acts as a CPU without fast bf16 GEMMs. Unset: measure everything.
 ZERO_INTERNAL_API const std::map<std::string, double>& gemm_rates_override();
 
+/// ZERO_EMULATE_DEVICE_OFFLOAD: "1" runs a CPU model's offload_optimizer (stages 1-3) through
+/// the pipeline of a device model (Note [Offload of a device model], src/engine/host_offload.h):
+/// the engine's tensors play the device, host copies of the state are separate, and a copy
+/// thread plays the copy stream. A testing aid, so that CI runs that pipeline without a GPU;
+/// unset or "0": off. Read whenever an engine is made (tests switch it per run).
+ZERO_INTERNAL_API bool emulate_device_offload();
+
 }  // namespace zero::env

@@ -11,6 +11,7 @@
 #include "offload/swap_directory.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -23,6 +24,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "common/capture_error.h"
+#include "common/env.h"
 #include "common/parallel.h"
 #include "engine/fingerprint.h"
 #include "zero/error.h"
@@ -143,6 +145,11 @@ void EngineCore::finish_load(const TrainingCounters& c) {
 std::string EngineCore::save_checkpoint(const std::string& dir, const std::string& tag,
                                         const std::string& client_state) {
   ZERO_CHECK(!in_backward_, "save_checkpoint during backward");
+  ZERO_CHECK(half_updated_.empty(), "save_checkpoint: ", half_updated_);
+  ZERO_CHECK(!overlapped_.done, "save_checkpoint between the backward and the step of an "
+             "accumulation boundary: the offloaded optimizer has already stepped during that "
+             "backward (Note [Offload of a device model]) and the step's counters follow in "
+             "engine.step(); save after step()");
   quiesce();
   return zero::save_checkpoint(*this, dir, tag, client_state);
 }
@@ -154,13 +161,20 @@ void EngineCore::check_checkpoint_destination(const std::string& dir) {
 std::string EngineCore::load_checkpoint(const std::string& dir, const std::string& tag) {
   ZERO_CHECK(!in_backward_, "load_checkpoint during backward");
   quiesce();
-  return zero::load_checkpoint(*this, dir, tag);
+  std::string client_state = zero::load_checkpoint(*this, dir, tag);
+  half_updated_.clear();  // the whole state was replaced
+  overlapped_.done = false;
+  return client_state;
 }
 
 void EngineCore::set_learning_rate(double lr) {
   ZERO_CHECK(scheduler_ == nullptr, "set_learning_rate(", lr, "): the config's scheduler (",
              config_.source, ") sets the learning rate; remove it to set the rate by hand");
   ZERO_CHECK(std::isfinite(lr) && lr >= 0, "learning rate must be finite and >= 0, got ", lr);
+  ZERO_CHECK(!overlapped_.done, "set_learning_rate(", lr, ") between the backward and the step "
+             "of an accumulation boundary: the offloaded optimizer has already stepped during "
+             "that backward with rate ", overlapped_.lr, " (it overlaps the step with backward "
+             "when the update needs no gradient norm); set the rate before backward");
   lr_ = lr;
 }
 
@@ -233,7 +247,151 @@ Placement EngineCore::optimizer_placement() const {
   return Placement::kDevice;
 }
 
+// ---- a device model's offloaded optimizer (Note [Offload of a device model]) -------------
+
+void EngineCore::prepare_device_offload(at::Device device) {
+  if (config_.zero_optimization.offload_optimizer.device == OffloadDevice::kNone) return;
+  offload_emulated_ = device.is_cpu() && env::emulate_device_offload();
+  if (!device.is_cpu() || offload_emulated_) transfer_ = make_transfer_queue(device);
+}
+
+at::Device EngineCore::state_device(at::Device device) const {
+  return device_offload() ? at::Device(at::kCPU) : device;
+}
+
+at::Tensor EngineCore::make_gradient_shard(int64_t numel, at::Device device) {
+  if (!device_offload()) {
+    return at::zeros({numel}, at::TensorOptions().dtype(grad_shard_dtype_).device(device));
+  }
+  return transfer_->host_buffer(numel, grad_shard_dtype_,
+                                config_.zero_optimization.offload_optimizer.pin_memory);
+}
+
+std::shared_ptr<ParamStore> EngineCore::make_param_store_over(const at::Tensor& params,
+                                                         std::vector<ParamStore::Segment> segments) {
+  if (!device_offload()) return std::make_shared<ParamStore>(params, std::move(segments));
+  // The host copy is what the optimizer writes; it is copied up as it is written.
+  at::Tensor host = transfer_->host_buffer(params.numel(), params.scalar_type(),
+                                           config_.zero_optimization.offload_optimizer.pin_memory);
+  host.copy_(params);
+  return std::make_shared<ParamStore>(std::move(host), std::move(segments), params, transfer_);
+}
+
+std::string EngineCore::device_offload_notice() const {
+  if (!device_offload()) return "";
+  const OffloadConfig& offload = config_.zero_optimization.offload_optimizer;
+  std::string when;
+  if (config_.gradient_clipping > 0) {
+    when = "after backward (gradient_clipping needs the global gradient norm first)";
+  } else if (param_dtype_ == at::kHalf) {
+    when = "after backward (fp16's overflow check needs the global gradient norm first)";
+  } else if (!state_->supports_ranges()) {
+    when = "after backward (its state is in swap files, stepped a whole tile at a time)";
+  } else {
+    when = "as each bucket's gradients arrive, overlapped with the rest of backward";
+  }
+  return std::string("zero: zero_optimization.offload_optimizer.device \"") +
+         (offload.device == OffloadDevice::kNvme ? "nvme" : "cpu") +
+         "\": the fp32 master weights and optimizer moments" +
+         (offload.device == OffloadDevice::kNvme ? " are in swap files, " : " are in host memory, ") +
+         "the gradient shard and a copy of the parameter shard in " +
+         (offload.pin_memory ? "pinned"
+                             : "pageable (pin_memory false; true makes the copies asynchronous)") +
+         " host memory; gradients go down on a copy stream as backward produces them and updated "
+         "parameters go up tile by tile; the optimizer steps on " +
+         std::to_string(at::get_num_threads()) + " host thread(s) " + when +
+         (offload_emulated_ ? " [emulated on CPU ranks: ZERO_EMULATE_DEVICE_OFFLOAD]" : "");
+}
+
+void EngineCore::start_gradient_pipeline(int64_t largest_piece) {
+  if (!device_offload()) return;
+  pipeline_ = std::make_unique<HostGradientPipeline>(
+      transfer_, state_->gradient(), largest_piece, comm_dtype_,
+      config_.zero_optimization.offload_optimizer.pin_memory);
+}
+
+void EngineCore::deliver_reduced(const at::Tensor& piece, int64_t shard_offset, bool accumulate) {
+  if (pipeline_) {
+    pipeline_->gradient(piece, shard_offset, accumulate);
+    return;
+  }
+  at::Tensor target = state_->gradient().narrow(0, shard_offset, piece.numel());
+  if (accumulate) {
+    target.add_(piece);
+  } else {
+    target.copy_(piece);
+  }
+}
+
+// The overlapped step needs an update that does not depend on the global gradient norm: no
+// clipping, no fp16 (its overflow check skips the step), and a state whose ranges can be
+// stepped apart (in memory, not in swap files).
+bool EngineCore::overlaps_step_with_backward() const {
+  return pipeline_ && is_gradient_accumulation_boundary() && config_.gradient_clipping <= 0 &&
+         param_dtype_ != at::kHalf && state_->supports_ranges();
+}
+
+void EngineCore::begin_offloaded_backward() {
+  if (!pipeline_) return;
+  overlapped_.active = overlaps_step_with_backward();
+  overlapped_.done = false;
+  overlapped_.stepped = 0;
+  if (!overlapped_.active) {
+    pipeline_->set_arrival_hook(nullptr);
+    return;
+  }
+  // What boundary_step would apply: clip 1, the loss scale's divisor, the schedule's rate.
+  overlapped_.grad_multiplier = 1.0 / (static_cast<double>(world_) * scaler_.scale());
+  overlapped_.lr = scheduler_ ? scheduler_->lr_at(global_steps_) : lr_;
+  state_->begin_step();
+  pipeline_->set_arrival_hook([this](int64_t begin, int64_t end) {
+    state_->step_range(begin, end, overlapped_.grad_multiplier, overlapped_.lr);
+    overlapped_.stepped += end - begin;
+  });
+}
+
+void EngineCore::finish_offloaded_backward(bool failed) {
+  if (!pipeline_) return;
+  if (failed) {
+    try {
+      pipeline_->drain();
+    } catch (...) {
+      // The backward's own failure is what the caller sees.
+    }
+  } else {
+    pipeline_->drain();
+  }
+  pipeline_->set_arrival_hook(nullptr);
+  if (!overlapped_.active) return;
+  overlapped_.active = false;
+  if (failed) {
+    // Whether any rank stepped some elements before the failure is not known here (the
+    // ranks' shares arrive at different times), so every rank takes the state as half-updated.
+    half_updated_ = "the backward of an accumulation boundary failed while the offloaded "
+                    "optimizer was stepping the parameters as their gradients arrived (Note "
+                    "[Offload of a device model]; this rank stepped " +
+                    std::to_string(overlapped_.stepped.load()) + " of " +
+                    std::to_string(state_->numel()) + " elements): the model and optimizer "
+                    "state may be half-updated on some ranks; load a checkpoint to continue";
+    return;
+  }
+  ZERO_INTERNAL_ASSERT(overlapped_.stepped == state_->numel(), "the overlapped step covered ",
+                       overlapped_.stepped.load(), " of ", state_->numel(), " elements");
+  overlapped_.done = true;
+}
+
 void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent) {
+  if (overlapped_.done) {
+    // Stepped during backward with the same multiplier and rate (Note [Offload of a device
+    // model]); only the device's ordering after the last parameters sent up is left.
+    overlapped_.done = false;
+    ++overlapped_steps_;
+    ZERO_INTERNAL_ASSERT(grad_multiplier == overlapped_.grad_multiplier && lr_ == overlapped_.lr,
+                         "overlapped step with multiplier ", overlapped_.grad_multiplier, " and lr ",
+                         overlapped_.lr, ", the boundary's ", grad_multiplier, " and ", lr_);
+    state_->params().order_device_after_publish();
+    return;
+  }
   if (state_->placement() != Placement::kNvme && !state_->params().offloaded()) {
     state_->step(grad_multiplier, lr_, lent);
     return;
@@ -318,8 +476,10 @@ void EngineCore::backward(const at::Tensor& loss) {
     window_.loss += loss.detach().to(at::kDouble).item<double>() /
                     static_cast<double>(config_.gradient_accumulation_steps);
   }
+  ZERO_CHECK(half_updated_.empty(), "engine.backward: ", half_updated_);
   std::fill(gradient_arrived_.begin(), gradient_arrived_.end(), 0);
   begin_backward();
+  begin_offloaded_backward();
   const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
   in_backward_ = true;
   try {
@@ -327,16 +487,24 @@ void EngineCore::backward(const at::Tensor& loss) {
   } catch (...) {
     in_backward_ = false;
     abandon_backward();
+    finish_offloaded_backward(/*failed=*/true);
     throw;
   }
   in_backward_ = false;
-  finish_backward();
+  try {
+    finish_backward();
+  } catch (...) {
+    finish_offloaded_backward(/*failed=*/true);
+    throw;
+  }
+  finish_offloaded_backward(/*failed=*/false);
   window_.backward_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
 }
 
 void EngineCore::step() {
   ZERO_CHECK(!in_backward_, "engine.step() called during backward");
+  ZERO_CHECK(half_updated_.empty(), "engine.step: ", half_updated_);
   if (!is_gradient_accumulation_boundary()) {
     ++micro_steps_;
     return;

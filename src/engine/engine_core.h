@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "common/dtype_names.h"
+#include "engine/host_offload.h"
 #include "engine/monitor.h"
 #include "engine/stage_policy.h"
 #include "state/loss_scaler.h"
@@ -72,6 +74,15 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// then on_gradient_ready.
   void deliver_gradient(int index);
 
+  /// Optimizer steps taken during backward (Note [Offload of a device model]), for tests and
+  /// reports.
+  int64_t overlapped_steps() const { return overlapped_steps_; }
+  /// Whether the optimizer state is offloaded from a device model (or emulated so).
+  bool offloads_from_device() const { return device_offload(); }
+  /// One line for the start-up notice of a device model's offload: where the state lives,
+  /// how the copies go, and when the optimizer steps (and why); "" when not offloaded.
+  std::string device_offload_notice() const;
+
   std::string save_checkpoint(const std::string& dir, const std::string& tag,
                               const std::string& client_state) final;
   std::string load_checkpoint(const std::string& dir, const std::string& tag) final;
@@ -118,6 +129,30 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// The swap directory under `nvme_path` (`key` names it in errors), made on first use
   /// (collective then): offload_optimizer's and offload_param's are one when their paths are.
   const SwapDirectory& swap_directory(const std::string& nvme_path, const std::string& key);
+  // ---- a device model's offloaded optimizer (Note [Offload of a device model]) ----
+  /// Called by a stage with the parameters' device before it makes its shard state: starts the
+  /// transfer queue when offload_optimizer is set and the parameters are on a device (or
+  /// ZERO_EMULATE_DEVICE_OFFLOAD on CPU ranks). Then device_offload() says so.
+  void prepare_device_offload(at::Device device);
+  bool device_offload() const { return transfer_ != nullptr; }
+  /// Where the shard state keeps its fp32 parts and gradient: the host when offloaded from a
+  /// device, else `device`.
+  at::Device state_device(at::Device device) const;
+  /// The owned gradient shard (zeros, grad_shard_dtype_): pinned on the host when offloaded.
+  at::Tensor make_gradient_shard(int64_t numel, at::Device device);
+  /// The parameter store over `params` (the engine's storage of the shard space): `params`
+  /// itself, or when offloaded a host copy of it with `params` as the device copy.
+  std::shared_ptr<ParamStore> make_param_store_over(const at::Tensor& params,
+                                                    std::vector<ParamStore::Segment> segments = {});
+  /// After the shard state is made: the gradient pipeline, for pieces of at most
+  /// `largest_piece` elements of comm_dtype_ (offloaded only).
+  void start_gradient_pipeline(int64_t largest_piece);
+  /// This rank's reduced `piece` (on the parameters' device) into elements [shard_offset, +n)
+  /// of the shard state's gradient: added when `accumulate`, else copied; offloaded, through
+  /// the pipeline (the caller's stream is ordered after the copy, so the piece's buffer may
+  /// be reused at once).
+  void deliver_reduced(const at::Tensor& piece, int64_t shard_offset, bool accumulate);
+
   /// The optimizer step of the shard state (ShardState::step). Offloaded to NVMe it is a disk
   /// pass that can fail on one rank (a swap file changed under the run): then every rank throws
   /// (Note [Agreeing on a failure]), at the cost of one small collective per step.
@@ -168,7 +203,12 @@ class EngineCore : public Engine, public CheckpointSubject {
   // NVMe offload (Note [NVMe offload]): declared before state_, whose swap files they outlive.
   std::shared_ptr<AsyncIo> aio_;
   std::vector<std::shared_ptr<SwapDirectory>> swap_directories_;
+  // A device model's offload (Note [Offload of a device model]): declared before state_,
+  // whose parameter store copies through the queue, and the pipeline that writes its gradient.
+  std::shared_ptr<TransferQueue> transfer_;
+  bool offload_emulated_ = false;  // ZERO_EMULATE_DEVICE_OFFLOAD on CPU ranks
   std::unique_ptr<ShardState> state_;  // Note [Shard state]; made by the stage
+  std::unique_ptr<HostGradientPipeline> pipeline_;  // offloaded from a device only
   std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
   LossScaler scaler_;
   WorkHandle last_submitted_;  // the newest submit(); null when none is pending
@@ -177,6 +217,21 @@ class EngineCore : public Engine, public CheckpointSubject {
 
  private:
   void boundary_step();
+  // The overlapped step (Note [Offload of a device model]): whether this backward steps the
+  // optimizer as gradients arrive, and after it returned.
+  bool overlaps_step_with_backward() const;
+  void begin_offloaded_backward();
+  void finish_offloaded_backward(bool failed);
+  struct OverlappedStep {
+    bool active = false;   // this boundary backward steps as gradients arrive
+    bool done = false;     // ... and has stepped every element: the step only gathers
+    double grad_multiplier = 0.0;
+    double lr = 0.0;
+    std::atomic<int64_t> stepped{0};  // elements stepped so far (the worker thread)
+  };
+  OverlappedStep overlapped_;
+  int64_t overlapped_steps_ = 0;
+  std::string half_updated_;  // "" or why the state is half-updated (a failed overlapped backward)
 
   // shared_ptr or intrusive_ptr depending on the libtorch version.
   using AccumulatorPtr =

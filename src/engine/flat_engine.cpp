@@ -180,15 +180,23 @@ void FlatEngine::allocate_state() {
   }
   // Every rank starts from rank 0's parameters; the master weights are made from them.
   counted(comm_->broadcast(params_flat_, 0))->wait();
+  // Offloaded from a device (Note [Offload of a device model]) the state owns a host gradient
+  // at every stage: stage 1's reduced range is copied down into it.
+  prepare_device_offload(device);
+  const bool owns_gradient = !full_gradients || device_offload();
   state_ = std::make_unique<ShardState>(
       config_.optimizer,
-      std::make_shared<ParamStore>(
-          params_flat_.narrow(0, update_range_.begin, update_range_.size())),
-      full_gradients ? std::nullopt : std::optional<at::ScalarType>(grad_shard_dtype_),
+      make_param_store_over(params_flat_.narrow(0, update_range_.begin, update_range_.size())),
+      owns_gradient ? make_gradient_shard(update_range_.size(), device) : at::Tensor(),
       config_.zero_optimization.sub_group_size, optimizer_placement(),
-      state_store_maker(params_flat_.device()),
+      state_store_maker(state_device(device)),
       segments_within(layout_.owned(rank_)),  // saved: stage 0 too, each rank writes 1/N
       segments_within(update_range_));        // loaded: what the state covers
+  int64_t largest_piece = 0;  // this rank's part of a bucket, the most the pipeline gets
+  for (const FlatGroup& bucket : buckets_) {
+    largest_piece = std::max(largest_piece, layout_.owner_counts(bucket.range)[rank_]);
+  }
+  start_gradient_pipeline(largest_piece);
 }
 
 ModelStateBytes FlatEngine::model_state_bytes() const {
@@ -292,23 +300,24 @@ void FlatEngine::reduce_bucket(FlatGroup& bucket) {
         grads_view.narrow(0, own_offset, counts[rank_]).copy_(own);
       }
     }
+    // Offloaded: the reduced range goes down to the state's host gradient (the step reads it
+    // there), replacing it: stage 1 reduces the accumulated gradient once, on the boundary.
+    if (device_offload() && !owned.empty()) {
+      deliver_reduced(grads_view.narrow(0, own_offset, owned.size()),
+                      owned.begin - update_range_.begin, /*accumulate=*/false);
+    }
     return;
   }
   if (!owned.empty()) {
-    at::Tensor target =
-        state_->gradient().narrow(0, owned.begin - layout_.owned(rank_).begin, owned.size());
-    if (config_.gradient_accumulation_steps > 1) {
-      target.add_(own);
-    } else {
-      target.copy_(own);
-    }
+    deliver_reduced(own, owned.begin - layout_.owned(rank_).begin,
+                    config_.gradient_accumulation_steps > 1);
   }
   pool_.release_gradients(bucket);
 }
 
 at::Tensor FlatEngine::owned_gradient() const {
   const Range owned = layout_.owned(rank_);
-  if (!grads_flat_.defined()) return state_->gradient();
+  if (!grads_flat_.defined() || device_offload()) return state_->gradient();
   return grads_flat_.narrow(0, owned.begin, owned.size());
 }
 
@@ -321,9 +330,9 @@ at::Tensor FlatEngine::local_sum_of_squares() {
 void FlatEngine::apply_update(double grad_multiplier) {
   // Stage 0 updates the whole buffer on every rank, from the all-reduced gradients; stage 1
   // lends the owned range of the gradient buffer; stage 2's state owns its gradient shard.
-  const at::Tensor lent = !policy_.updates_owned_shard ? grads_flat_
-                          : grads_flat_.defined()      ? owned_gradient()
-                                                       : at::Tensor();
+  const at::Tensor lent = !policy_.updates_owned_shard              ? grads_flat_
+                          : grads_flat_.defined() && !device_offload() ? owned_gradient()
+                                                                        : at::Tensor();
   step_shard_state(grad_multiplier, lent);
   if (policy_.updates_owned_shard) all_gather_parameters();
 }
@@ -371,11 +380,15 @@ void FlatEngine::unpin(const std::vector<at::Tensor>& params, int modifier_rank)
     const Range range{it->offset, it->offset + it->numel};
     counted(comm_->broadcast(params_flat_.narrow(0, range.begin, range.size()), modifier_rank))
         ->wait();
-    // The fp32 master copy of the part this rank updates takes the new values too.
+    // The fp32 master copy of the part this rank updates takes the new values too, and
+    // offloaded from a device, the host copy of the parameters the optimizer steps.
     const Range updated = intersect(range, update_range_);
-    if (param_dtype_ != at::kFloat && !updated.empty()) {
-      state_->write_master(updated.begin - update_range_.begin,
-                           params_flat_.narrow(0, updated.begin, updated.size()));
+    if (!updated.empty()) {
+      const at::Tensor values = params_flat_.narrow(0, updated.begin, updated.size());
+      if (device_offload()) state_->params().write(updated.begin - update_range_.begin, values);
+      if (param_dtype_ != at::kFloat) {
+        state_->write_master(updated.begin - update_range_.begin, values);
+      }
     }
   }
 }
@@ -396,11 +409,15 @@ void FlatEngine::all_gather_parameters() {
 }
 
 void FlatEngine::zero_gradients() {
-  if (grads_flat_.defined()) {
-    grads_flat_.zero_();
-  } else {
-    state_->gradient().zero_();
-  }
+  if (grads_flat_.defined()) grads_flat_.zero_();
+  // The owned shard (stage 2's; offloaded, every stage's host copy) is zeroed for the next
+  // boundary to add into it; offloaded with nothing to add (stage 1, or no accumulation) the
+  // next boundary's reduction replaces all of it, and no pass over it is needed.
+  const at::Tensor& owned = state_->gradient();
+  if (!owned.defined()) return;
+  const bool replaced =
+      device_offload() && (grads_flat_.defined() || config_.gradient_accumulation_steps == 1);
+  if (!replaced) owned.zero_();
 }
 
 }  // namespace

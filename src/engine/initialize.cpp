@@ -60,8 +60,12 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
           : make_flat_engine(std::move(model), config, std::move(communicator));
   release_freed_host_memory();  // what partitioning freed (zero/memory.h says why)
   if (report) {
+    // A device model's offload (or its emulation) says what it does instead.
+    const std::string device_offload =
+        dynamic_cast<const EngineCore&>(*engine).device_offload_notice();
     for (const std::string& notice :
-         {compute_dtype_notice(config), offload_notice(config), checkpointing_notice}) {
+         {compute_dtype_notice(config), device_offload.empty() ? offload_notice(config) : device_offload,
+          checkpointing_notice}) {
       if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
     }
   }

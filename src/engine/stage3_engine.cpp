@@ -363,6 +363,7 @@ std::string Stage3Engine::describe_parameters() const {
 void Stage3Engine::partition() {
   const auto device = params_.front().tensor.device();
   shard_options_ = at::TensorOptions().device(device).dtype(param_dtype_);
+  prepare_device_offload(device);  // Note [Offload of a device model]
   make_param_store();
   // A write to NVMe that fails on one rank must not leave the others in the next broadcast:
   // the first failure is kept and every rank agrees on it after the loop.
@@ -393,12 +394,16 @@ void Stage3Engine::partition() {
   const std::vector<StateSegment> owned = owned_segments();
   // The master weights start from the shards, read from NVMe when offloaded: a failure on one
   // rank fails every rank (the store maker agrees on its own failures, on every rank alike).
-  const StateStoreMaker make_store = state_store_maker(device);
+  const StateStoreMaker make_store = state_store_maker(state_device(device));
   agree_on_failure(*comm_, "making the shard state", capture_error([&] {
-    state_ = std::make_unique<ShardState>(config_.optimizer, param_store_, grad_shard_dtype_,
+    state_ = std::make_unique<ShardState>(config_.optimizer, param_store_,
+                                          make_gradient_shard(shard_numel_, device),
                                           config_.zero_optimization.sub_group_size,
                                           optimizer_placement(), make_store, owned, owned);
   }));
+  int64_t largest_piece = 0;  // a group's shard, the most the gradient pipeline gets
+  for (const Group& group : groups_) largest_piece = std::max(largest_piece, group.layout.shard_numel);
+  start_gradient_pipeline(largest_piece);
 }
 
 // The shard space's store: one segment per group, in memory, or with offload_param "nvme" in a
@@ -417,7 +422,8 @@ void Stage3Engine::make_param_store() {
     persistent.push_back(group.persistent);
   }
   if (offload.device != OffloadDevice::kNvme) {
-    param_store_ = std::make_shared<ParamStore>(at::empty({shard_numel_}, shard_options_),
+    // Offloaded from a device, a host copy of the shards with them as its device copy.
+    param_store_ = make_param_store_over(at::empty({shard_numel_}, shard_options_),
                                                 param_segments(numel, persistent, shard_numel_));
     return;
   }
@@ -791,12 +797,7 @@ void Stage3Engine::reduce_group(int g) {
   at::Tensor work = group.grad_buffer;
   at::Tensor own = work.narrow(0, rank_ * shard, shard);
   counted(comm_->reduce_scatter(work, own, ReduceOp::kSum))->wait();
-  at::Tensor target = state_->gradient().narrow(0, group.shard_offset, shard);
-  if (config_.gradient_accumulation_steps > 1) {
-    target.add_(own);
-  } else {
-    target.copy_(own);
-  }
+  deliver_reduced(own, group.shard_offset, config_.gradient_accumulation_steps > 1);
   pool_.release_gradients(group);
 }
 
@@ -851,7 +852,12 @@ void Stage3Engine::gather_persistent() {
   param_store_->release(lease);
 }
 
-void Stage3Engine::zero_gradients() { state_->gradient().zero_(); }
+void Stage3Engine::zero_gradients() {
+  // Offloaded without accumulation, the next boundary's reductions replace every element of
+  // the host gradient (every group is reduced, Note [Offload of a device model]).
+  if (device_offload() && config_.gradient_accumulation_steps == 1) return;
+  state_->gradient().zero_();
+}
 
 // ---- checkpoints ------------------------------------------------------------------------
 

@@ -43,6 +43,17 @@ ParamStore::ParamStore(at::Tensor params, std::vector<Segment> segments)
   }
 }
 
+ParamStore::ParamStore(at::Tensor host, std::vector<Segment> segments, at::Tensor device,
+                       std::shared_ptr<TransferQueue> queue)
+    : ParamStore(std::move(host), std::move(segments)) {
+  ZERO_INTERNAL_ASSERT(device.dim() == 1 && device.is_contiguous() && device.numel() == numel_ &&
+                           device.scalar_type() == dtype_ && queue != nullptr,
+                       "device copy of ", device.numel(), " ", device.scalar_type(),
+                       " for a parameter store of ", numel_, " ", dtype_);
+  device_copy_ = std::move(device);
+  queue_ = std::move(queue);
+}
+
 ParamStore::ParamStore(at::ScalarType dtype, std::vector<Segment> segments,
                        const OffloadConfig& offload, AsyncIo& io, const SwapDirectory& directory,
                        const std::string& name)
@@ -224,7 +235,12 @@ void ParamStore::write(int64_t offset, const at::Tensor& values) {
   for_each_piece(offset, n, [&](int s, int64_t from, int64_t at, int64_t length) {
     const Segment& segment = segments_[s];
     if (!segment.swapped) {
+      if (has_device_copy()) queue_->wait(last_publish_);  // a copy may still read it
       resident_view(s).narrow(0, from, length).copy_(values.narrow(0, at, length));
+      if (has_device_copy()) {
+        publish(segment.offset + from, length);
+        queue_->wait(last_publish_);  // written rarely: the caller may change `values` next
+      }
     } else {
       const bool whole = length == segment.numel;
       int slot = slot_of_[s];
@@ -267,6 +283,8 @@ ParamStore::Pass::Pass(ParamStore& store, bool read, bool write)
     : store_(&store), read_(read), write_(write) {
   ZERO_INTERNAL_ASSERT(!store.in_pass_, "two parameter passes at once");
   if (read && store.file_) store.file_->check_unchanged();
+  // The host tiles it writes may still be being copied up by the last pass.
+  if (write && store.has_device_copy()) store.queue_->wait(store.last_publish_);
   store.in_pass_ = true;
 }
 
@@ -276,6 +294,7 @@ ParamStore::Pass::Pass(Pass&& other) noexcept
       write_(other.write_),
       finished_(other.finished_),
       cursor_(other.cursor_),
+      published_(other.published_),
       pending_begin_(other.pending_begin_),
       pending_numel_(other.pending_numel_),
       bounce_(std::move(other.bounce_)) {
@@ -293,6 +312,11 @@ at::Tensor ParamStore::Pass::tile(int64_t begin, int64_t n) {
   ZERO_INTERNAL_ASSERT(begin == cursor_ && n > 0 && begin + n <= st.numel_, "parameter tile [",
                        begin, ", ", begin + n, ") after ", cursor_, " of ", st.numel_);
   put_back();
+  // With a device copy, what the pass has written so far goes up while this tile is computed.
+  if (write_ && st.has_device_copy() && published_ < begin) {
+    st.publish(published_, begin - published_);
+    published_ = begin;
+  }
   cursor_ = begin + n;
   const int first = st.segment_at(begin);
   const int last = st.segment_at(begin + n - 1);
@@ -411,6 +435,12 @@ void ParamStore::Pass::finish() {
   }
   if (write_failure) std::rethrow_exception(write_failure);  // ~Pass forgets the slots
   if (write_ && st.file_ && wrote) st.file_->seal();
+  if (write_ && st.has_device_copy()) {
+    if (published_ < st.numel_) st.publish(published_, st.numel_ - published_);
+    published_ = st.numel_;
+    // The parameters' next use on the device (an all-gather, a gather, a forward) runs after.
+    st.order_device_after_publish();
+  }
   st.in_pass_ = false;
   finished_ = true;
 }
@@ -427,6 +457,7 @@ bool ParamStore::can_lease(int s) {
 
 ParamStore::Lease ParamStore::lease(int s) {
   ZERO_INTERNAL_ASSERT(!in_pass_, "parameter lease during a pass");
+  if (has_device_copy()) return {device_copy_.narrow(0, segments_[s].offset, segments_[s].numel), nullptr, -1};
   if (!segments_[s].swapped) return {resident_view(s), nullptr, -1};
   int slot = slot_of_[s];
   if (slot < 0) {
@@ -505,6 +536,22 @@ void ParamStore::drain() noexcept {
     sl.state = SlotState::kEmpty;
     sl.segment = -1;
   }
+}
+
+at::Tensor ParamStore::resident_range(int64_t begin, int64_t n) {
+  ZERO_INTERNAL_ASSERT(!in_pass_ && file_ == nullptr && begin >= 0 && begin + n <= numel_,
+                       "resident range [", begin, ", ", begin + n, ") of a parameter store of ",
+                       numel_, (file_ ? " with swapped segments" : ""));
+  return resident_.narrow(0, begin, n);  // in memory, resident_offset_ is the segment offset
+}
+
+void ParamStore::publish(int64_t begin, int64_t n) {
+  if (!has_device_copy() || n == 0) return;
+  last_publish_ = queue_->copy(device_copy_.narrow(0, begin, n), resident_.narrow(0, begin, n));
+}
+
+void ParamStore::order_device_after_publish() {
+  if (has_device_copy()) queue_->order_current_stream_after(last_publish_);
 }
 
 int64_t ParamStore::resident_bytes() const { return resident_.nbytes(); }

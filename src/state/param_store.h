@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "offload/async_io.h"
+#include "offload/transfer_queue.h"
 #include "zero/config.h"
 
 namespace zero {
@@ -60,6 +61,14 @@ class ParamStore {
   /// In memory: `params` (flat, contiguous), the engine's storage, written through.
   /// `segments` (in order, covering the space) name what lease() hands out; empty: one.
   explicit ParamStore(at::Tensor params, std::vector<Segment> segments = {});
+  /// A model on a device with its optimizer offloaded (Note [Offload of a device model] in
+  /// src/engine/host_offload.h): `host` (flat, contiguous; pinned for asynchronous copies) is
+  /// the store, what passes, read() and write() see; `device` (same numel and dtype) is the
+  /// engine's storage the model computes with, kept equal to it through `queue`: what a pass
+  /// writes goes up tile by tile as the pass goes on, what write() writes at once. Leases hand
+  /// out `device`'s segments. No segment is swapped.
+  ParamStore(at::Tensor host, std::vector<Segment> segments, at::Tensor device,
+             std::shared_ptr<TransferQueue> queue);
   /// offload_param "nvme": the swapped `segments` are records of the swap file `name` in
   /// `directory`, read through offload.buffer_count slots; the others live in memory. Each
   /// swapped segment must be written whole (write()) before anything reads it.
@@ -104,6 +113,7 @@ class ParamStore {
     bool write_;
     bool finished_ = false;
     int64_t cursor_ = 0;                  // where the next tile begins
+    int64_t published_ = 0;              // with a device copy: [0, published_) sent up
     int64_t pending_begin_ = 0;           // the bounce tile to write back
     int64_t pending_numel_ = 0;
     at::Tensor bounce_;
@@ -126,6 +136,15 @@ class ParamStore {
   void read_ahead(const std::vector<int>& upcoming);
 
   bool offloaded() const { return file_ != nullptr; }
+  /// Whether the store is a host copy of the device's parameters (the constructor above).
+  bool has_device_copy() const { return device_copy_.defined(); }
+  /// Elements [begin, begin + n) of a store with nothing swapped, outside any pass, to write
+  /// in place: the overlapped step of Note [Offload of a device model]. publish() then sends
+  /// them to the device copy (if any) after the writes.
+  at::Tensor resident_range(int64_t begin, int64_t n);
+  void publish(int64_t begin, int64_t n);
+  /// Work enqueued on the device's current stream from now on sees everything published.
+  void order_device_after_publish();
   /// Host memory: the segments in memory, and the slots (staging) of an offloaded store.
   int64_t resident_bytes() const;
   int64_t staging_bytes() const;
@@ -181,6 +200,12 @@ class ParamStore {
   std::vector<int64_t> file_offset_;      // per segment, into the file (-1: in memory)
   std::vector<int> slot_of_;              // per segment, the slot holding it or -1
   at::Tensor resident_;
+  // With a device copy: the engine's device storage, the queue that keeps it equal to
+  // resident_, and the last copy sent up (a pass or write waits for it before overwriting
+  // host memory a copy may still be reading).
+  at::Tensor device_copy_;
+  std::shared_ptr<TransferQueue> queue_;
+  TransferQueue::Ticket last_publish_ = 0;
   std::unique_ptr<SwapFile> file_;
   std::vector<Slot> slots_;
   uint64_t clock_ = 0;

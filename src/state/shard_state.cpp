@@ -9,10 +9,11 @@
 namespace zero {
 
 ShardState::ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamStore> params,
-                       std::optional<at::ScalarType> gradient_dtype, int64_t tile_numel,
+                       at::Tensor gradient, int64_t tile_numel,
                        Placement placement, const StateStoreMaker& make_store,
                        std::vector<StateSegment> saved, std::vector<StateSegment> loaded)
     : params_(std::move(params)),
+      gradient_(std::move(gradient)),
       optimizer_(optimizer),
       tile_numel_(std::max<int64_t>(1, tile_numel)),
       placement_(placement),
@@ -40,11 +41,9 @@ ShardState::ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamSt
         /*write_back=*/true);
     pass.finish();
   }
-  if (gradient_dtype) {
-    gradient_ = at::zeros({numel()}, at::TensorOptions()
-                                         .dtype(*gradient_dtype)
-                                         .device(params_->device()));
-  }
+  ZERO_INTERNAL_ASSERT(!gradient_.defined() || gradient_.numel() == numel(), "gradient shard of ",
+                       gradient_.defined() ? gradient_.numel() : 0, " elements for a space of ",
+                       numel());
 }
 
 void ShardState::read_part(int part, int64_t offset, const at::Tensor& out) const {
@@ -119,6 +118,27 @@ void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent)
       },
       /*write_back=*/true);
   pass.finish();
+}
+
+bool ShardState::supports_ranges() const {
+  return store_->visits_ranges() && !params_->offloaded();
+}
+
+void ShardState::step_range(int64_t begin, int64_t end, double grad_multiplier, double lr) {
+  ZERO_INTERNAL_ASSERT(supports_ranges() && gradient_.defined() && begin >= 0 && begin <= end &&
+                           end <= numel(),
+                       "optimizer step of [", begin, ", ", end, ") of ", numel());
+  const bool fp32 = !master_in_store();
+  std::vector<at::Tensor> moments;
+  store_->for_each_tile_in(begin, end, [&](int64_t tile_begin, int64_t tile_end,
+                                           const std::vector<at::Tensor>& parts) {
+    const int64_t n = tile_end - tile_begin;
+    const at::Tensor param_tile = params_->resident_range(tile_begin, n);
+    moments.assign(parts.begin() + (fp32 ? 0 : 1), parts.end());
+    optimizer_.update(fp32 ? param_tile : parts[0], gradient_.narrow(0, tile_begin, n),
+                      fp32 ? at::Tensor() : param_tile, moments, grad_multiplier, lr);
+    params_->publish(tile_begin, n);
+  });
 }
 
 void ShardState::round_params_from_master() {

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,14 +47,16 @@ enum class Placement {
 class ShardState {
  public:
   /// `params`: the parameter-dtype copy of the shard space that updates write (its values
-  /// become the master weights). `gradient_dtype`: the dtype of the gradient shard this
-  /// state owns, or nullopt when the engine lends its gradient to step(). `saved` and `loaded`:
+  /// become the master weights). `gradient`: the gradient shard this state owns (zeros, of
+  /// numel elements, where the engine keeps it: beside the parameters, or pinned on the host
+  /// when a device model's optimizer is offloaded), or undefined when the engine lends its
+  /// gradient to step(). `saved` and `loaded`:
   /// the segments this rank writes to a checkpoint and those a load fills (offsets into the
   /// space). `make_store` makes where the fp32 parts live (memory or a swap file, matching
   /// `placement`). Throws zero::Error for a placement it cannot honour (host state for device
   /// parameters needs the offload of a later issue).
   ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamStore> params,
-             std::optional<at::ScalarType> gradient_dtype, int64_t tile_numel,
+             at::Tensor gradient, int64_t tile_numel,
              Placement placement, const StateStoreMaker& make_store,
              std::vector<StateSegment> saved, std::vector<StateSegment> loaded);
 
@@ -103,6 +104,15 @@ class ShardState {
   /// `lent` is undefined) times `grad_multiplier`, at learning rate `lr`; writes the master
   /// weights, the moments and, for 16-bit parameters, the rounded parameter copy.
   void step(double grad_multiplier, double lr, const at::Tensor& lent = at::Tensor());
+
+  /// One step in parts, each element once (the overlapped step of Note [Offload of a device
+  /// model]): begin_step(), then step_range() over disjoint ranges covering the space, in any
+  /// order and from any one thread at a time; bitwise what step() computes. Needs a state and
+  /// parameter store in memory (supports_ranges()). The parameters of each range are published
+  /// to the device copy as soon as they are written.
+  bool supports_ranges() const;
+  void begin_step() { optimizer_.begin_step(); }
+  void step_range(int64_t begin, int64_t end, double grad_multiplier, double lr);
 
   /// After the master weights changed outside a step: the 16-bit parameter copy becomes them
   /// rounded, exactly as a step writes it.

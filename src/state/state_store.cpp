@@ -15,6 +15,11 @@ StateStore::StateStore(int parts, int64_t numel, int64_t tile_numel)
   ZERO_INTERNAL_ASSERT(parts >= 0 && numel >= 0, "state store of ", parts, " parts of ", numel);
 }
 
+void StateStore::for_each_tile_in(int64_t begin, int64_t end, const TileVisitor& /*visit*/) {
+  ZERO_INTERNAL_ASSERT(false, "a state store that visits whole tiles only was asked for [",
+                       begin, ", ", end, ")");
+}
+
 namespace {
 
 class MemoryStore final : public StateStore {
@@ -27,9 +32,15 @@ class MemoryStore final : public StateStore {
   }
 
   void for_each_tile(const TileVisitor& visit, bool /*write_back*/) override {
+    for_each_tile_in(0, numel_, visit);
+  }
+  bool visits_ranges() const override { return true; }
+  void for_each_tile_in(int64_t first, int64_t last, const TileVisitor& visit) override {
+    ZERO_INTERNAL_ASSERT(first >= 0 && first <= last && last <= numel_, "state range [", first,
+                         ", ", last, ") of ", numel_);
     std::vector<at::Tensor> views(tensors_.size());
-    for (int64_t begin = 0; begin < numel_; begin += tile_numel_) {
-      const int64_t end = std::min(numel_, begin + tile_numel_);
+    for (int64_t begin = first; begin < last; begin += tile_numel_) {
+      const int64_t end = std::min(last, begin + tile_numel_);
       for (size_t p = 0; p < tensors_.size(); ++p) {
         views[p] = tensors_[p].narrow(0, begin, end - begin);
       }

@@ -34,6 +34,11 @@ class StateStore {
   /// Visits every tile in order. With `write_back`, what the visitor writes into the views is
   /// kept; without, the visitor only reads them (and a swap store writes nothing back).
   virtual void for_each_tile(const TileVisitor& visit, bool write_back) = 0;
+  /// Visits the tiles of elements [begin, end) only, in order, writing back what the visitor
+  /// writes: for stores in memory (the overlapped step of Note [Offload of a device model]);
+  /// a swap store's records are whole tiles and it does not offer this.
+  virtual bool visits_ranges() const { return false; }
+  virtual void for_each_tile_in(int64_t begin, int64_t end, const TileVisitor& visit);
   /// Copies elements [offset, offset + out.numel()) of `part` into `out` (fp32, contiguous).
   virtual void read(int part, int64_t offset, const at::Tensor& out) = 0;
   /// Writes `values` (fp32) into elements [offset, offset + values.numel()) of `part`.
