@@ -17,11 +17,11 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "cuda_bench_common.h"
 #include "zero/comm_mpi.h"
 #include "zero/comm_nccl.h"
 #include "zero/config.h"
@@ -30,7 +30,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using zero::bench::Clock;
+using zero::bench::seconds_since;
 
 struct Options {
   std::string model = "gpt2";
@@ -41,23 +42,6 @@ struct Options {
   int rounds = 2;
   int stage = 2;
 };
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double bf16_gemm_peak_flops() {
-  const at::TensorOptions options = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  const int64_t n = 8192;
-  const at::Tensor a = at::randn({n, n}, options), b = at::randn({n, n}, options);
-  for (int i = 0; i < 3; ++i) (void)at::matmul(a, b);
-  c10::cuda::device_synchronize();
-  const int reps = 10;
-  const auto start = Clock::now();
-  for (int i = 0; i < reps; ++i) (void)at::matmul(a, b);
-  c10::cuda::device_synchronize();
-  return 2.0 * n * n * n * reps / seconds_since(start);
-}
 
 // Mean seconds per step over `steps` steps after `warmup`.
 template <typename Step>
@@ -90,12 +74,11 @@ int main(int argc, char** argv) {
     }
     auto mpi = zero::make_mpi_communicator();
     auto comm = zero::make_nccl_communicator(*mpi);
-    const zero::gpt2::GPT2Config shape = zero::gpt2::GPT2Config::preset(o.model);
+    const zero::gpt2::GPT2Config shape = zero::gpt2::GPT2Config::named(o.model);
     const double n_params = static_cast<double>(shape.num_parameters());
-    const double flops_per_token =
-        6.0 * n_params + 12.0 * shape.n_layer * shape.n_embd * static_cast<double>(o.seq);
+    const double flops_per_token = zero::bench::flops_per_token(shape, o.seq);
     const double tokens = static_cast<double>(o.batch * o.seq);
-    const double peak = bf16_gemm_peak_flops();
+    const double peak = zero::bench::bf16_gemm_peak_flops();
     std::printf("bench_cuda model=%s params=%.1fM batch=%lld seq=%lld bf16_gemm_peak_tflops=%.1f\n",
                 o.model.c_str(), n_params / 1e6, static_cast<long long>(o.batch),
                 static_cast<long long>(o.seq), peak / 1e12);

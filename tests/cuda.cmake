@@ -2,8 +2,9 @@
 # zero_cuda is; without a CUDA device every test skips with a one-line reason (the CPU-only
 # suite compiles it). scripts/gpu-check.sh runs it on a GPU machine.
 if(TARGET zero_cuda)
-  zero_add_test(NAME test_cuda SOURCES test_cuda.cpp RANKS 1 2
-                LIBS zero_engine_harness zero_cuda zero::torch_cuda TIMEOUT 900)
+  # White-box (it reads whether the engine offloads), so on the static libraries.
+  zero_add_test(NAME test_cuda SOURCES test_cuda.cpp RANKS 1 2 INTERNAL
+                LIBS zero_engine_harness_internal zero_cuda_internal zero::torch_cuda TIMEOUT 900)
 endif()
 # A program linking the shared zero_cuda alone (no libtorch CUDA library on its own link line)
 # has libtorch's CUDA kernels registered: runs without a GPU, so CI checks the linkage.

@@ -235,7 +235,7 @@ TEST(TransferQueue, CopiesInOrderOnItsThread) {
   TransferQueue::Ticket last = 0;
   for (int i = 0; i < 50; ++i) {
     // Each copy overwrites the whole buffer: only the last one's value may remain.
-    last = queue->copy(dst, at::full({1000}, static_cast<float>(i)));
+    last = queue->copy(dst, at::full({1000}, static_cast<float>(i)), TransferQueue::Direction::kUp);
   }
   EXPECT_EQ(last, queue->last());
   queue->wait(last);
@@ -243,8 +243,12 @@ TEST(TransferQueue, CopiesInOrderOnItsThread) {
   // Converting copies, and a pinned request on the CPU is ordinary memory.
   const at::Tensor half = queue->host_buffer(7, at::kBFloat16, /*pinned=*/true);
   EXPECT_EQ(half.scalar_type(), at::kBFloat16);
-  queue->order_current_stream_after(queue->copy(half, at::arange(7, at::kFloat)));
+  queue->order_current_stream_after(
+      queue->copy(half, at::arange(7, at::kFloat), TransferQueue::Direction::kDown));
   EXPECT_TRUE(at::equal(half.to(at::kFloat), at::arange(7, at::kFloat)));
+  const TransferQueue::Stats stats = queue->stats();
+  EXPECT_EQ(stats.up_bytes, 50 * 1000 * 4);
+  EXPECT_EQ(stats.down_bytes, 7 * 4);  // the source's bytes
 }
 
 TEST(HostGradientPipeline, AccumulatesConvertsAndReportsInOrder) {

@@ -97,6 +97,53 @@ TEST(MemoryPlan, SixteenBitParametersToo) {
   }
 }
 
+// A device model's offloaded optimizer, run through its CPU stand-in (ZERO_EMULATE_DEVICE_OFFLOAD:
+// the "device" and the host are both this process's memory, so the measured peak is the
+// device rows and the host rows together): stages 1-3, bf16, the device plan within 10 %. The
+// device rows alone are then what the GPU would hold: the parameters, buckets and activations,
+// without the optimizer state.
+TEST(MemoryPlan, DeviceModelWithOffloadedOptimizer) {
+  track_host_memory();
+  auto comm = world();
+  constexpr int64_t kSeq = 64;
+  const std::string bf16 = "\"bf16\": {\"enabled\": true}, \"compute_data_type\": \"bf16\", ";
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const Config config = config_at(
+        stage, comm->size(), ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}",
+        bf16);
+    const gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
+    const PlanModel model = preset.plan_model(2, kSeq, config.compute_dtype);
+    const MemoryPlan plan = plan_memory(config, model, PlanTarget::kDevice);
+    setenv("ZERO_EMULATE_DEVICE_OFFLOAD", "1", 1);
+    const double measured = measured_peak(preset, config, kSeq, comm);
+    unsetenv("ZERO_EMULATE_DEVICE_OFFLOAD");
+    const double planned = static_cast<double>(plan.device_bytes + plan.peak_memory_bytes);
+    EXPECT_NEAR(measured / planned, 1.0, 0.10)
+        << "planned " << planned / (1 << 20) << " MiB, measured " << measured / (1 << 20)
+        << " MiB\n" << format_memory_plans({plan});
+    // The optimizer's state is not on the device; the host holds it, pinned but the moments.
+    const MemoryPlan on_host = plan_memory(config, model);
+    EXPECT_LT(plan.device_bytes, on_host.peak_memory_bytes);
+    EXPECT_EQ(plan.row("optimizer state")->place, MemoryPlace::kHost);
+    EXPECT_EQ(plan.row("parameters")->place, MemoryPlace::kDevice);
+    EXPECT_EQ(plan.row("activations")->place, MemoryPlace::kDevice);
+    EXPECT_EQ(plan.row("gradient shard (host)")->place, MemoryPlace::kPinnedHost);
+    EXPECT_GT(plan.pinned_bytes, 0);
+    // Without the offload the device holds it all, and offload_that_fits names the keys that
+    // bring it under what the offloaded plan needs.
+    Config in_device = config;
+    in_device.zero_optimization.offload_optimizer = OffloadConfig{};
+    const MemoryPlan all_on_device = plan_memory(in_device, model, PlanTarget::kDevice);
+    EXPECT_EQ(all_on_device.peak_memory_bytes, 0);
+    EXPECT_GT(all_on_device.device_bytes, plan.device_bytes);
+    const std::string fits =
+        offload_that_fits(in_device, model, plan.device_bytes, int64_t{1} << 40);
+    EXPECT_NE(fits.find("offload_optimizer"), std::string::npos) << fits;
+    EXPECT_EQ(offload_that_fits(in_device, model, 1000, int64_t{1} << 40), "");
+  }
+}
+
 // Stage 3 with the optimizer state and the unit shards on NVMe: the swap files and their
 // staging buffers as the engine makes them, and the peak in memory.
 TEST(MemoryPlan, OffloadedStateIsPlannedAsTheEngineHoldsIt) {

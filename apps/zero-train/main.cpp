@@ -3,7 +3,7 @@
 //   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|gpt2|gpt2-medium|gpt2-large|gpt2-xl|L<layers>-C<width>...]
 //              [--data PREFIX] [--encoder FILE] [--steps N] [--eval-every K] [--eval-batches B]
 //              [--sample-every K] [--sample-tokens T] [--seq-len T] [--out RUN_DIR]
-//              [--threads T] [--dropout P] [--save-every K] [--checkpoint-dir DIR]
+//              [--threads T] [--device cpu|cuda] [--dropout P] [--save-every K] [--checkpoint-dir DIR]
 //              [--resume auto|DIR] [--activation-checkpointing] [--plan]   (README.md lists them; --help describes them)
 //   mpirun -np N zero-train ...      or      zero-run -n N -- zero-train ...
 //
@@ -70,6 +70,7 @@
 #include "zero/comm_mpi.h"
 #include "zero/config.h"
 #include "zero/console.h"
+#include "zero/cuda_support.h"
 #include "zero/data.h"
 #include "zero/engine.h"
 #include "zero/error.h"
@@ -99,6 +100,7 @@ struct Options {
   int64_t seq_len = 0;  // 0: min(model context, 256)
   std::string out = "runs/latest";
   int threads = 0;
+  std::string device = "cpu";  // "cuda": one GPU per rank, NCCL between them
   double dropout = 0.0;
   bool activation_checkpointing = false;  // or the config's number_checkpoints
   bool plan = false;                      // print the memory plan of every stage and stop
@@ -301,13 +303,13 @@ double all_mean(zero::Communicator& comm, double value) {
 
 // Mean validation loss over `batches` windows per rank, averaged over ranks.
 double evaluate(zero::gpt2::GPT2Impl& model, const zero::EvalBatcher& val,
-                zero::Communicator& comm) {
+                zero::Communicator& comm, const at::Device& device) {
   at::NoGradGuard no_grad;
   model.eval();
   double total = 0;
   for (int64_t b = 0; b < val.num_batches(); ++b) {
     auto [x, y] = val.batch(b);
-    total += model.forward_loss(x, y).item<double>();
+    total += model.forward_loss(x.to(device), y.to(device)).item<double>();
   }
   model.train();
   return all_mean(comm, total / std::max<int64_t>(val.num_batches(), 1));
@@ -315,7 +317,7 @@ double evaluate(zero::gpt2::GPT2Impl& model, const zero::EvalBatcher& val,
 
 // Top-k sampling (k 40, temperature 0.8) from <|endoftext|>, seeded so runs are reproducible.
 std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& decoder,
-                        int64_t tokens, int64_t context, uint64_t seed) {
+                        int64_t tokens, int64_t context, uint64_t seed, const at::Device& device) {
   at::NoGradGuard no_grad;
   model.eval();
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -323,8 +325,11 @@ std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& de
   for (int64_t i = 0; i < tokens; ++i) {
     const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
     at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), at::kLong)
-                       .unsqueeze(0);
-    at::Tensor logits = model.forward(x).select(1, x.size(1) - 1).squeeze(0).to(at::kFloat);
+                       .unsqueeze(0)
+                       .to(device);
+    // Drawn on the host with the seeded CPU generator, whatever the device.
+    at::Tensor logits =
+        model.forward(x).select(1, x.size(1) - 1).squeeze(0).to(at::kCPU, at::kFloat);
     auto [top, index] = logits.div(0.8).topk(40);
     const at::Tensor choice = at::multinomial(top.softmax(-1), 1, false, generator);
     ids.push_back(index[choice.item<int64_t>()].item<int64_t>());
@@ -386,24 +391,88 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     error = e.what();
   }
   if (!ranks_agree_ok(*comm, error)) return 2;
+  // CUDA ranks (--device cuda): one GPU per rank. libzero_cuda is loaded only now
+  // (zero/cuda_support.h), so a CPU run never loads libtorch's CUDA libraries; --plan needs
+  // no GPU (it plans for one).
+  at::Device device(at::kCPU);
+  const zero::CudaSupport* cuda = nullptr;
+  if (o.device == "cuda" && !o.plan) {
+    error.clear();
+    try {
+      cuda = &zero::cuda_support();
+      const int index = cuda->default_cuda_device();
+      ZERO_CHECK(index >= 0, "--device cuda: rank ", rank, " sees no CUDA device");
+      device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!ranks_agree_ok(*comm, error)) return 2;
+  }
+  const bool on_gpu = o.device == "cuda";
+  const zero::PlanTarget target = on_gpu ? zero::PlanTarget::kDevice : zero::PlanTarget::kHost;
   // Note [Memory plan] (src/engine/memory_plan.cpp): what each rank will hold at the step's
   // peak, activations included; --plan prints it for every stage and stops.
   const zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype);
-  const zero::MemoryPlan plan = zero::plan_memory(config, plan_model);
+  const zero::MemoryPlan plan = zero::plan_memory(config, plan_model, target);
+  auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
   if (o.plan) {
     if (rank == 0) {
-      std::printf("zero-train --plan: %s, %d rank(s), micro-batch %lld x %lld tokens, %s "
+      std::printf("zero-train --plan: %s, %d rank(s)%s, micro-batch %lld x %lld tokens, %s "
                   "parameters, compute %s%s; per rank at the peak of a training step:\n\n%s",
-                  o.model.c_str(), world, static_cast<long long>(mbs),
+                  o.model.c_str(), world, on_gpu ? " on GPUs" : "", static_cast<long long>(mbs),
                   static_cast<long long>(seq), zero::dtype_name(config.param_dtype).c_str(),
                   zero::dtype_name(config.compute_dtype).c_str(),
                   plan_model.checkpointing ? ", activation checkpointing" : "",
-                  zero::format_memory_plans(zero::plan_every_stage(config, plan_model)).c_str());
-      std::printf("\nthe config's stage is %d: %.2f GiB per rank in memory\n",
-                  config.zero_optimization.stage,
-                  static_cast<double>(plan.peak_memory_bytes) / (1 << 30));
+                  zero::format_memory_plans(zero::plan_every_stage(config, plan_model, target))
+                      .c_str());
+      if (on_gpu) {
+        std::printf("\nthe config's stage is %d: %.2f GiB per rank on the GPU, %.2f GiB in host "
+                    "memory\n", config.zero_optimization.stage, gib(plan.device_bytes),
+                    gib(plan.peak_memory_bytes));
+      } else {
+        std::printf("\nthe config's stage is %d: %.2f GiB per rank in memory\n",
+                    config.zero_optimization.stage, gib(plan.peak_memory_bytes));
+      }
     }
     return 0;
+  }
+  if (cuda) {
+    // Does the plan fit the GPU? If not, one message with the offload that would make it fit.
+    error.clear();
+    try {
+      const zero::CudaMemory memory = cuda->memory(device.index());
+      if (plan.device_bytes > memory.free_bytes) {
+        const int64_t host = zero::host_memory_available();
+        const std::string fits = zero::offload_that_fits(
+            config, plan_model, memory.free_bytes, host > 0 ? host / world : INT64_MAX);
+        char needed[192];
+        std::snprintf(needed, sizeof(needed),
+                      "%s at ZeRO stage %d needs %.2f GiB of %s per rank at the peak of a step "
+                      "(zero-train --plan shows what), but %.2f GiB of its %.2f GiB are free",
+                      o.model.c_str(), config.zero_optimization.stage, gib(plan.device_bytes),
+                      device.str().c_str(), gib(memory.free_bytes), gib(memory.total_bytes));
+        error = std::string(needed) + "; " +
+                (fits.empty() ? "no offload of the optimizer state makes it fit: use more GPUs "
+                                "(stage 3 divides the parameters too) or a smaller micro-batch"
+                              : "it fits with " + fits);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!ranks_agree_ok(*comm, error)) return 2;
+  }
+  // The communicator of the engine: NCCL between the GPUs (collective), else MPI's.
+  std::shared_ptr<zero::Communicator> engine_comm = comm;
+  if (cuda) {
+    error.clear();
+    try {
+      zero::NcclOptions nccl;
+      nccl.device = device.index();
+      engine_comm = cuda->make_nccl_communicator(*comm, nccl);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (!ranks_agree_ok(*comm, error)) return 2;
   }
   ResumeFrom from;
   // One job per directory (Note [Directory lock] in directory_lock.h): rank 0 takes the locks
@@ -434,13 +503,25 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     torch::manual_seed(config.seed);
     std::shared_ptr<zero::gpt2::GPT2Impl> model;
     if (config.zero_optimization.stage == 3) {
-      // Partitioned unit by unit as it is built: the whole model is never in memory.
-      zero::ShardedInit sharded(config, comm);
+      // Partitioned unit by unit as it is built: the whole model is never in memory. On a GPU
+      // each unit's shards go there as it is partitioned; what stays whole follows after.
+      zero::ShardedInit sharded(config, engine_comm,
+                                cuda ? std::optional<c10::Device>(device) : std::nullopt);
       model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
     } else {
       model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
     }
-    auto engine = zero::initialize(model, config, comm);
+    if (cuda) {
+      // Built on the host (same values as a CPU run), moved in the training dtype at stages
+      // 0-2, where the engine would convert it anyway: the fp32 copy never reaches the GPU.
+      if (config.zero_optimization.stage == 3) {
+        model->to(device);
+      } else {
+        model->to(device, config.param_dtype);
+      }
+      cuda->reset_memory_peaks(device.index());
+    }
+    auto engine = zero::initialize(model, config, engine_comm);
     const int stage = config.zero_optimization.stage;
     // Before training: every rank can write the checkpoint directory, with room for a
     // checkpoint (a failure is a CollectiveError on every rank, caught below: exit 2).
@@ -578,7 +659,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     // Every rank samples (the same tokens; rank 0 prints them): a forward pass may be
     // collective (at stage 3 it gathers each unit's parameters), so no rank may skip it.
     auto sample = [&](uint64_t seed) {
-      return sample_text(*model, *in.decoder, o.sample_tokens, seq, seed);
+      return sample_text(*model, *in.decoder, o.sample_tokens, seq, seed, device);
     };
     const auto start = std::chrono::steady_clock::now();
     double last_val = -1;
@@ -595,7 +676,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         auto [x, y] = train_sampler->batch(step, micro);
         // The fused head and loss (Note [Fused LM-head cross-entropy]): no [B, T, vocab]
         // logits, and faster on CPUs.
-        at::Tensor loss = model->forward_loss(x, y);
+        at::Tensor loss = model->forward_loss(x.to(device), y.to(device));
         loss_sum += loss.item<double>();
         engine->backward(loss);
         engine->step();
@@ -615,7 +696,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       r.tokens_per_second = config.train_batch_size * seq / (r.step_ms / 1000.0);
       const bool last = step + 1 == o.steps;
       if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
-        r.val_loss = last_val = evaluate(*model, *val_batches, *comm);
+        r.val_loss = last_val = evaluate(*model, *val_batches, *comm, device);
       }
       std::optional<std::string> sampled;
       if (o.sample_every > 0 && (step + 1) % o.sample_every == 0 && !last) {
@@ -644,7 +725,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
 
     // Per-rank figures for the summary, gathered to every rank.
     const zero::ModelStateBytes bytes = engine->model_state_bytes();
-    constexpr int kFigures = 7;
+    constexpr int kFigures = 9;
+    const zero::CudaMemory gpu = cuda ? cuda->memory(device.index()) : zero::CudaMemory{};
     at::Tensor mine = at::tensor({static_cast<double>(bytes.total()),
                                   static_cast<double>(peak_rss_bytes()),
                                   static_cast<double>(bytes.gathered_peak),
@@ -653,7 +735,9 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                                       static_cast<int64_t>(c10::elementSize(config.param_dtype))),
                                   static_cast<double>(bytes.on_nvme),
                                   static_cast<double>(bytes.staging),
-                                  static_cast<double>(bytes.params_on_nvme)},
+                                  static_cast<double>(bytes.params_on_nvme),
+                                  static_cast<double>(gpu.peak_allocated_bytes),
+                                  static_cast<double>(gpu.peak_reserved_bytes)},
                                  at::kDouble);
     at::Tensor all = at::empty({kFigures * world}, at::kDouble);
     comm->all_gather(mine, all)->wait();
@@ -775,7 +859,19 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       }
       for (int r = 0; r < world; ++r) {
         rows.push_back({"peak RSS, rank " + std::to_string(r),
-                        zero::train::human_bytes(figure(r, 1)), ""});
+                        zero::train::human_bytes(figure(r, 1)),
+                        cuda ? "planned host memory " + zero::train::human_bytes(
+                                                            static_cast<double>(plan.peak_memory_bytes))
+                             : ""});
+      }
+      if (cuda) {
+        for (int r = 0; r < world; ++r) {
+          rows.push_back({"GPU memory peak, rank " + std::to_string(r),
+                          zero::train::human_bytes(figure(r, 7)),
+                          "allocated (" + zero::train::human_bytes(figure(r, 8)) +
+                              " reserved); planned " +
+                              zero::train::human_bytes(static_cast<double>(plan.device_bytes))});
+        }
       }
       char rate[64];
       std::snprintf(rate, sizeof(rate), "%.0f", config.train_batch_size * seq * trained / seconds);
@@ -860,6 +956,11 @@ int main(int argc, char** argv) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   app.add_option("--threads", o.threads, "libtorch threads per rank (default: cores / ranks)")
       ->check(integer_in(0, cores, "this machine's " + std::to_string(cores) + " cores"));
+  app.add_option("--device", o.device,
+                 "cpu, or cuda: each rank trains on one GPU (its local rank's), NCCL between "
+                 "them")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_flag("--plan", o.plan,
                "print what each rank will hold at the peak of a training step (model state, "
                "buffers, activations, where each lives) for every ZeRO stage side by side, "

@@ -39,4 +39,8 @@ ZERO_API std::shared_ptr<Communicator> make_nccl_communicator(Communicator& boot
 /// CUDA devices this process sees (0 without a driver or device; never throws).
 ZERO_API int cuda_device_count();
 
+/// The device make_nccl_communicator takes for NcclOptions::device -1: the launcher's local rank
+/// modulo the devices visible, else 0 (-1 without a device). Never throws.
+ZERO_API int default_cuda_device();
+
 }  // namespace zero

@@ -61,6 +61,9 @@ struct ZERO_API StateEstimate {
 };
 ZERO_API StateEstimate estimate_state(const Config& config, int64_t num_parameters);
 
+/// This host's MemAvailable (/proc/meminfo) in bytes; -1 when it cannot be read.
+ZERO_API int64_t host_memory_available();
+
 /// Collective. Compares estimate_state(config, num_parameters) with what each machine has: the
 /// memory of every rank on a host against that host's MemAvailable (/proc/meminfo), and with
 /// NVMe offload the swap files of every rank on a file system against its free space under

@@ -73,7 +73,13 @@ struct ZERO_API PlanModel {
 /// Activations are left at 0: set them (e.g. from a measurement).
 ZERO_API PlanModel plan_model_of(const torch::nn::Module& module);
 
-enum class MemoryPlace { kHost, kSharedHost, kNvme };
+/// Where a row's bytes are: host RAM (private, shared by the ranks of a node, or pinned:
+/// page-locked for a device's copies), the model's device (a GPU), or swap files on NVMe.
+enum class MemoryPlace { kHost, kSharedHost, kNvme, kDevice, kPinnedHost };
+/// Where the model computes: the host (CPU ranks) or a device (a GPU per rank). On a device,
+/// the parameters, buffers and activations are device rows, and an offloaded optimizer's
+/// state, gradient shard and parameter copy are host rows (Note [Offload of a device model]).
+enum class PlanTarget { kHost, kDevice };
 ZERO_API const char* memory_place_name(MemoryPlace place);
 
 struct ZERO_API MemoryPlanRow {
@@ -88,7 +94,10 @@ struct ZERO_API MemoryPlanRow {
 struct ZERO_API MemoryPlan {
   int stage = 0;
   std::vector<MemoryPlanRow> rows;
-  int64_t peak_memory_bytes = 0;  // host memory (RAM, private and shared) at the step's peak
+  PlanTarget target = PlanTarget::kHost;
+  int64_t peak_memory_bytes = 0;  // host memory (RAM: private, shared, pinned) at the step's peak
+  int64_t pinned_bytes = 0;       // of it, page-locked (a device model's offload copies)
+  int64_t device_bytes = 0;       // the device's memory (PlanTarget::kDevice)
   int64_t nvme_bytes = 0;         // swap files on NVMe
   /// The row of `item`, or nullptr.
   const MemoryPlanRow* row(const std::string& item) const;
@@ -96,13 +105,24 @@ struct ZERO_API MemoryPlan {
 
 /// The plan for `config` (its stage, world size, dtypes, accumulation, offload, buckets,
 /// stage-3 limits) and `model`.
-ZERO_API MemoryPlan plan_memory(const Config& config, const PlanModel& model);
+ZERO_API MemoryPlan plan_memory(const Config& config, const PlanModel& model,
+                                PlanTarget target = PlanTarget::kHost);
 
 /// plan_memory at stages 0-3, the config otherwise as given, with what the parser would make of
 /// it at each stage: offload settings a stage cannot use dropped, and the dtypes of
 /// compute_data_type (fp32 compute from 16-bit shards exists at stage 3 only; "auto" on a CPU
 /// with slow 16-bit GEMMs makes the parameters fp32 at stages 0-2).
-ZERO_API std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& model);
+ZERO_API std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& model,
+                                                 PlanTarget target = PlanTarget::kHost);
+
+/// For a device model whose plan needs more than `device_bytes` of the device: the first of
+/// these changes, each keeping what the config asks for and adding to it, whose plan fits,
+/// as one line naming the keys ("zero_optimization.offload_optimizer.device \"cpu\" ..."):
+/// offload_optimizer "cpu" at the config's stage (stage 1 when it is 0), stage 3 with it, and
+/// each of those with every block's activations checkpointed (when the model can say what
+/// that saves); "" when none fits. `host_bytes` bounds the host memory they may use.
+ZERO_API std::string offload_that_fits(const Config& config, const PlanModel& model,
+                                       int64_t device_bytes, int64_t host_bytes);
 
 /// The plans as one table, a column per plan, with each row's place.
 ZERO_API std::string format_memory_plans(const std::vector<MemoryPlan>& plans);

@@ -25,7 +25,10 @@
 
 #include "zero/export.h"
 
+#include <c10/core/Device.h>
+
 #include <memory>
+#include <optional>
 
 #include "zero/comm.h"
 #include "zero/config.h"
@@ -35,7 +38,12 @@ namespace zero {
 class ZERO_API ShardedInit {
  public:
   /// `config` must be a stage-3 config for `comm`'s world size (zero::Error otherwise).
-  ShardedInit(const Config& config, std::shared_ptr<Communicator> comm);
+  /// `device`: where each unit's partitioned parameters go as it is partitioned (e.g. the
+  /// rank's GPU while the model is built on the CPU); nullopt: where they were created. The
+  /// parameters that stay whole (persistent) are not moved: move the finished model with
+  /// `model->to(device)`, which leaves the partitioned ones where they are.
+  ShardedInit(const Config& config, std::shared_ptr<Communicator> comm,
+              std::optional<c10::Device> device = std::nullopt);
   ~ShardedInit();
   ShardedInit(const ShardedInit&) = delete;
   ShardedInit& operator=(const ShardedInit&) = delete;

@@ -144,7 +144,7 @@ class NcclCommunicator final : public Communicator {
     ZERO_CHECK(devices > 0, "make_nccl_communicator on rank ", rank_,
                ": no CUDA device is visible to this process");
     int device = options.device;
-    if (device < 0) device = env::local_rank() >= 0 ? env::local_rank() % devices : 0;
+    if (device < 0) device = default_cuda_device();
     ZERO_CHECK(device < devices, "make_nccl_communicator on rank ", rank_, ": device ", device,
                " asked for, but ", devices, " CUDA device(s) are visible");
     device_ = static_cast<c10::DeviceIndex>(device);
@@ -531,6 +531,12 @@ int cuda_device_count() {
     return 0;
   }
   return count;
+}
+
+int default_cuda_device() {
+  const int devices = cuda_device_count();
+  if (devices == 0) return -1;
+  return env::local_rank() >= 0 ? env::local_rank() % devices : 0;
 }
 
 std::shared_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap,

@@ -303,6 +303,17 @@ std::string EngineCore::device_offload_notice() const {
          (offload_emulated_ ? " [emulated on CPU ranks: ZERO_EMULATE_DEVICE_OFFLOAD]" : "");
 }
 
+EngineCore::OffloadStats EngineCore::offload_stats() const {
+  OffloadStats stats = offload_times_;
+  if (pipeline_) {
+    const HostGradientPipeline::Times times = pipeline_->times();
+    stats.add_seconds = times.add_seconds;
+    stats.overlapped_step_seconds = times.hook_seconds;
+  }
+  if (transfer_) stats.transfers = transfer_->stats();
+  return stats;
+}
+
 void EngineCore::start_gradient_pipeline(int64_t largest_piece) {
   if (!device_offload()) return;
   pipeline_ = std::make_unique<HostGradientPipeline>(
@@ -352,6 +363,7 @@ void EngineCore::begin_offloaded_backward() {
 
 void EngineCore::finish_offloaded_backward(bool failed) {
   if (!pipeline_) return;
+  const auto started = std::chrono::steady_clock::now();
   if (failed) {
     try {
       pipeline_->drain();
@@ -361,6 +373,8 @@ void EngineCore::finish_offloaded_backward(bool failed) {
   } else {
     pipeline_->drain();
   }
+  offload_times_.wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   pipeline_->set_arrival_hook(nullptr);
   if (!overlapped_.active) return;
   overlapped_.active = false;
@@ -392,12 +406,17 @@ void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent
     state_->params().order_device_after_publish();
     return;
   }
+  const auto started = std::chrono::steady_clock::now();
   if (state_->placement() != Placement::kNvme && !state_->params().offloaded()) {
     state_->step(grad_multiplier, lr_, lent);
-    return;
+  } else {
+    agree_on_failure(*comm_, "optimizer step",
+                     capture_error([&] { state_->step(grad_multiplier, lr_, lent); }));
   }
-  agree_on_failure(*comm_, "optimizer step",
-                   capture_error([&] { state_->step(grad_multiplier, lr_, lent); }));
+  if (device_offload()) {
+    offload_times_.step_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
 }
 
 StateStoreMaker EngineCore::state_store_maker(at::Device device) {
@@ -482,6 +501,7 @@ void EngineCore::backward(const at::Tensor& loss) {
   begin_offloaded_backward();
   const double factor = scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps);
   in_backward_ = true;
+  const auto autograd_started = std::chrono::steady_clock::now();
   try {
     (loss.to(at::kFloat) * factor).backward();
   } catch (...) {
@@ -491,6 +511,10 @@ void EngineCore::backward(const at::Tensor& loss) {
     throw;
   }
   in_backward_ = false;
+  if (device_offload()) {
+    offload_times_.backward_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - autograd_started).count();
+  }
   try {
     finish_backward();
   } catch (...) {

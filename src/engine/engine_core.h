@@ -79,6 +79,17 @@ class EngineCore : public Engine, public CheckpointSubject {
   int64_t overlapped_steps() const { return overlapped_steps_; }
   /// Whether the optimizer state is offloaded from a device model (or emulated so).
   bool offloads_from_device() const { return device_offload(); }
+  /// Where a device model's offloaded step spends its time, summed since the engine was made
+  /// (Note [Offload of a device model]); zeros when not offloaded.
+  struct OffloadStats {
+    double backward_seconds = 0.0;  // autograd's backward, host wall time
+    double wait_seconds = 0.0;      // after it: waiting for the last gradients down (exposed)
+    double add_seconds = 0.0;       // worker: gradient pieces into the host gradient
+    double overlapped_step_seconds = 0.0;  // worker: the optimizer during backward
+    double step_seconds = 0.0;      // the optimizer after backward (main thread)
+    TransferQueue::Stats transfers;  // copies down and up, bytes and copy-stream time
+  };
+  OffloadStats offload_stats() const;
   /// One line for the start-up notice of a device model's offload: where the state lives,
   /// how the copies go, and when the optimizer steps (and why); "" when not offloaded.
   std::string device_offload_notice() const;
@@ -231,6 +242,7 @@ class EngineCore : public Engine, public CheckpointSubject {
   };
   OverlappedStep overlapped_;
   int64_t overlapped_steps_ = 0;
+  OffloadStats offload_times_;  // the main thread's parts of offload_stats()
   std::string half_updated_;  // "" or why the state is half-updated (a failed overlapped backward)
 
   // shared_ptr or intrusive_ptr depending on the libtorch version.

@@ -2,30 +2,23 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <utility>
 
 #include "zero/error.h"
 
 namespace zero {
-namespace {
-
-// Staging buffers for pieces that are added or converted on the host: enough that the copy of
-// the next piece overlaps the addition of the one before, and a few reductions can complete
-// while the worker is behind.
-constexpr int kStagingBuffers = 3;
-
-}  // namespace
 
 HostGradientPipeline::HostGradientPipeline(std::shared_ptr<TransferQueue> queue,
                                            at::Tensor host_gradient, int64_t largest_piece,
                                            at::ScalarType piece_dtype, bool pinned)
-    : queue_(std::move(queue)), host_gradient_(std::move(host_gradient)) {
+    : queue_(std::move(queue)),
+      host_gradient_(std::move(host_gradient)),
+      largest_piece_(largest_piece),
+      piece_dtype_(piece_dtype),
+      pinned_(pinned) {
   ZERO_INTERNAL_ASSERT(host_gradient_.defined() && host_gradient_.device().is_cpu(),
                        "the offloaded gradient shard must be on the host");
-  for (int i = 0; i < kStagingBuffers && largest_piece > 0; ++i) {
-    staging_.push_back(queue_->host_buffer(largest_piece, piece_dtype, pinned));
-    slot_free_.push_back(1);
-  }
   worker_ = std::thread([this] { run(); });
 }
 
@@ -44,7 +37,8 @@ void HostGradientPipeline::set_arrival_hook(ArrivalHook hook) {
   hook_ = std::move(hook);
 }
 
-int64_t HostGradientPipeline::staging_bytes() const {
+int64_t HostGradientPipeline::staging_bytes() {
+  std::lock_guard<std::mutex> lock(mutex_);
   int64_t bytes = 0;
   for (const at::Tensor& buffer : staging_) bytes += buffer.nbytes();
   return bytes;
@@ -60,9 +54,17 @@ void HostGradientPipeline::gradient(const at::Tensor& piece, int64_t offset, boo
   std::unique_lock<std::mutex> lock(mutex_);
   int slot = -1;
   if (!direct) {
-    ZERO_INTERNAL_ASSERT(!staging_.empty() && numel <= staging_.front().numel(),
-                         "gradient piece of ", numel, " elements for staging buffers of ",
-                         staging_.empty() ? 0 : staging_.front().numel());
+    // Made on first need: pieces copied straight into the host gradient (no accumulation, the
+    // same dtype) never need them.
+    if (staging_.empty()) {
+      for (int i = 0; i < kHostGradientStagingBuffers; ++i) {
+        staging_.push_back(queue_->host_buffer(largest_piece_, piece_dtype_, pinned_));
+        slot_free_.push_back(1);
+      }
+    }
+    ZERO_INTERNAL_ASSERT(numel <= largest_piece_ && piece.scalar_type() == piece_dtype_,
+                         "gradient piece of ", numel, " ", piece.scalar_type(),
+                         " for staging buffers of ", largest_piece_, " ", piece_dtype_);
     changed_.wait(lock, [&] {
       for (size_t i = 0; i < slot_free_.size(); ++i) {
         if (slot_free_[i]) return true;
@@ -76,7 +78,8 @@ void HostGradientPipeline::gradient(const at::Tensor& piece, int64_t offset, boo
     slot_free_[slot] = 0;
   }
   const at::Tensor destination = slot < 0 ? target : staging_[slot].narrow(0, 0, numel);
-  const TransferQueue::Ticket ticket = queue_->copy(destination, piece.reshape({-1}));
+  const TransferQueue::Ticket ticket =
+      queue_->copy(destination, piece.reshape({-1}), TransferQueue::Direction::kDown);
   // The piece's buffer is reused by work enqueued after this call: it runs after the copy.
   queue_->order_current_stream_after(ticket);
   jobs_.push_back({ticket, slot, offset, numel, accumulate});
@@ -94,7 +97,14 @@ void HostGradientPipeline::drain() {
   }
 }
 
+HostGradientPipeline::Times HostGradientPipeline::times() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return times_;
+}
+
 void HostGradientPipeline::process(const Job& job) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   queue_->wait(job.ticket);
   if (job.slot >= 0) {
     const at::Tensor staged = staging_[job.slot].narrow(0, 0, job.numel);
@@ -105,7 +115,12 @@ void HostGradientPipeline::process(const Job& job) {
       target.copy_(staged);
     }
   }
+  const auto added = Clock::now();
   if (hook_) hook_(job.offset, job.offset + job.numel);
+  const auto hooked = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  times_.add_seconds += std::chrono::duration<double>(added - started).count();
+  times_.hook_seconds += std::chrono::duration<double>(hooked - added).count();
 }
 
 void HostGradientPipeline::run() {

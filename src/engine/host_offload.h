@@ -51,6 +51,11 @@ namespace zero {
 // the engine's tensors play the device, the transfer queue is a copy thread), so CI runs every
 // path of it bit for bit against in-memory training.
 
+/// Staging buffers of a HostGradientPipeline: enough that the copy of the next piece overlaps
+/// the addition of the one before, and a few reductions can complete while the worker is
+/// behind (the memory planner counts them).
+constexpr int kHostGradientStagingBuffers = 3;
+
 /// The down half of Note [Offload of a device model]: a device piece of a reduced gradient
 /// into the host gradient shard, through the transfer queue and a worker thread.
 class HostGradientPipeline {
@@ -81,7 +86,15 @@ class HostGradientPipeline {
   /// rethrows the first failure (of a copy, an addition or a hook) once.
   void drain();
 
-  int64_t staging_bytes() const;
+  /// The staging buffers made so far: none until a piece needs one (accumulated or converted).
+  int64_t staging_bytes();
+  /// The worker's busy time so far: putting pieces into the host gradient (waiting for their
+  /// copies included), and running the arrival hook (the overlapped step).
+  struct Times {
+    double add_seconds = 0.0;
+    double hook_seconds = 0.0;
+  };
+  Times times();
 
  private:
   struct Job {
@@ -96,7 +109,10 @@ class HostGradientPipeline {
 
   std::shared_ptr<TransferQueue> queue_;
   at::Tensor host_gradient_;
-  std::vector<at::Tensor> staging_;
+  const int64_t largest_piece_;
+  const at::ScalarType piece_dtype_;
+  const bool pinned_;
+  std::vector<at::Tensor> staging_;  // kHostGradientStagingBuffers, made on first need
   std::vector<char> slot_free_;
   ArrivalHook hook_;
 
@@ -105,6 +121,7 @@ class HostGradientPipeline {
   std::deque<Job> jobs_;
   int64_t given_ = 0;  // pieces given, and processed
   int64_t processed_ = 0;
+  Times times_;
   std::exception_ptr failure_;
   bool stopping_ = false;
   std::thread worker_;  // last: started once everything it uses exists

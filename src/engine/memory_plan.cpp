@@ -34,6 +34,7 @@
 
 #include "engine/flat_group.h"
 #include "engine/gather_schedule.h"
+#include "engine/host_offload.h"
 #include "engine/unit_grouping.h"
 #include "offload/swap_file.h"
 #include "state/param_store.h"
@@ -228,6 +229,10 @@ const char* memory_place_name(MemoryPlace place) {
       return "RAM, shared on a node";
     case MemoryPlace::kNvme:
       return "NVMe";
+    case MemoryPlace::kDevice:
+      return "GPU";
+    case MemoryPlace::kPinnedHost:
+      return "RAM, pinned";
   }
   return "?";
 }
@@ -239,14 +244,26 @@ const MemoryPlanRow* MemoryPlan::row(const std::string& item) const {
   return nullptr;
 }
 
-MemoryPlan plan_memory(const Config& config, const PlanModel& model) {
+MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget target) {
+  // A device model: the parameters, the engine's buffers and the activations are on the device;
+  // with offload_optimizer, the optimizer's state, the gradient shard and a parameter copy are
+  // on the host (Note [Offload of a device model]). offload_param is not built for device
+  // models (the engine refuses it): planned without it.
+  const bool device = target == PlanTarget::kDevice;
+  Config config = given;
+  if (device) config.zero_optimization.offload_param = OffloadConfig{};
   const ZeroOptimizationConfig& zero = config.zero_optimization;
   const int stage = zero.stage;
   const int world = std::max(1, config.world_size);
   const int64_t compute = bytes_of(config.compute_dtype);
   const int64_t comm = bytes_of(config.communication_dtype);
+  const bool host_state = device && zero.offload_optimizer.device != OffloadDevice::kNone;
+  const MemoryPlace compute_place = device ? MemoryPlace::kDevice : MemoryPlace::kHost;
+  const MemoryPlace pinned_place =
+      zero.offload_optimizer.pin_memory ? MemoryPlace::kPinnedHost : MemoryPlace::kHost;
   MemoryPlan plan;
   plan.stage = stage;
+  plan.target = target;
   auto add = [&plan](std::string item, int64_t bytes, MemoryPlace place, std::string basis,
                      bool in_peak = true) {
     plan.rows.push_back({std::move(item), bytes, place, in_peak, std::move(basis)});
@@ -278,7 +295,9 @@ MemoryPlan plan_memory(const Config& config, const PlanModel& model) {
   without_param_offload.zero_optimization.offload_param = OffloadConfig{};
   const StateEstimate e = estimate_state(without_param_offload, state_numel);
   const bool optimizer_on_nvme = zero.offload_optimizer.device == OffloadDevice::kNvme;
-  const MemoryPlace state_place = optimizer_on_nvme ? MemoryPlace::kNvme : MemoryPlace::kHost;
+  const MemoryPlace state_place = optimizer_on_nvme                ? MemoryPlace::kNvme
+                                  : device && !host_state          ? MemoryPlace::kDevice
+                                                                   : MemoryPlace::kHost;
   const std::string dtype = dtype_name(config.param_dtype);
   int64_t param_staging = 0;
   if (stage == 3) {
@@ -313,24 +332,45 @@ MemoryPlan plan_memory(const Config& config, const PlanModel& model) {
       param_staging = std::max<int64_t>(2, std::min<int64_t>(offload.buffer_count, swapped)) *
                       align_up(largest * param_bytes);
     }
-    add("parameters", in_memory * param_bytes, MemoryPlace::kHost,
+    add("parameters", in_memory * param_bytes, compute_place,
         dtype + " shards" + (swapped > 0 ? " kept in memory (max_in_cpu, persistent group)" : ""));
     if (swapped > 0) {
       add("parameters on NVMe", on_disk * param_bytes, MemoryPlace::kNvme, dtype + " unit shards");
     }
-    add("persistent parameters", persistent_padded * compute, MemoryPlace::kHost,
+    add("persistent parameters", persistent_padded * compute, compute_place,
         "whole on every rank: outside units or <= stage3_param_persistence_threshold");
   } else {
-    add("parameters", e.params, MemoryPlace::kHost, dtype + ", whole");
+    add("parameters", e.params, compute_place, dtype + ", whole");
   }
   if (model.frozen_parameter_bytes > 0) {
-    add("frozen parameters", model.frozen_parameter_bytes, MemoryPlace::kHost,
+    add("frozen parameters", model.frozen_parameter_bytes, compute_place,
         "not trainable: whole in the module, as built");
   }
-  add("gradients", e.grads,
-      stage <= 1 && world > 1 ? MemoryPlace::kSharedHost : MemoryPlace::kHost,
-      stage <= 1 ? "whole, reduced in place; in shared memory when the ranks share a node"
-                 : "the owned shard");
+  // HostGradientPipeline stages a piece of stages 2-3 when it adds it (accumulation) or
+  // converts it (the communication dtype is not the kept gradient's); else, and always at
+  // stages 0-1 (the reduced range, in the kept dtype, replaces the host shard), it copies
+  // straight into the host gradient.
+  const bool offload_stages_gradients =
+      stage >= 2 && (config.gradient_accumulation_steps > 1 ||
+                     config.communication_dtype != kept_gradient_dtype(config));
+  // The owned shard of the shard space (Note [Shard state]): what the optimizer steps.
+  const int64_t shard_numel = stage == 3 ? state_numel / world : (state_numel + world - 1) / world;
+  if (!host_state) {
+    add("gradients", e.grads,
+        stage <= 1 && world > 1 && !device ? MemoryPlace::kSharedHost : compute_place,
+        stage <= 1 ? std::string("whole, reduced in place") +
+                         (device ? "" : "; in shared memory when the ranks share a node")
+                   : "the owned shard");
+  } else {
+    // Offloaded from a device: stages 0-1 still reduce in a whole buffer on the device; every
+    // stage's owned shard is on the host, with the parameter copy the optimizer writes.
+    if (stage <= 1) add("gradients", e.grads, MemoryPlace::kDevice, "whole, reduced in place");
+    const int64_t kept = bytes_of(kept_gradient_dtype(config));
+    add("gradient shard (host)", shard_numel * kept, pinned_place,
+        "the owned shard, copied down as backward reduces it");
+    add("parameter copy (host)", shard_numel * bytes_of(config.param_dtype), pinned_place,
+        "the owned shard the optimizer writes, copied up tile by tile");
+  }
   if (e.master_params > 0) add("fp32 master", e.master_params, state_place, "fp32");
   add("optimizer state", e.optimizer_state, state_place,
       config.optimizer.type == OptimizerType::kSGD ? "momentum, fp32" : "Adam m and v, fp32");
@@ -362,12 +402,17 @@ MemoryPlan plan_memory(const Config& config, const PlanModel& model) {
       // Gradients are copied into pooled bucket buffers: one, or with overlap_comm one being
       // filled while the ones before it are reduced (at least two when there are several).
       const bool several = buckets > 1 && zero.overlap_comm_enabled();
-      add("gradient buckets", (several ? 2 : 1) * largest * comm, MemoryPlace::kHost,
+      add("gradient buckets", (several ? 2 : 1) * largest * comm, compute_place,
           several ? "2 x the largest bucket (with overlap_comm: at least)"
                   : "the largest bucket (reduce_bucket_size, capped at the model)");
     } else if (stage <= 1 && config.communication_dtype != config.param_dtype) {
-      add("gradient conversion", largest * comm, MemoryPlace::kHost,
+      add("gradient conversion", largest * comm, compute_place,
           "a bucket's gradients converted to communication_data_type while reduced");
+    }
+    if (host_state && offload_stages_gradients) {
+      // HostGradientPipeline's staging buffers: this rank's part of the largest bucket.
+      add("offload staging", kHostGradientStagingBuffers * ((largest + world - 1) / world) * comm,
+          pinned_place, "gradient pieces between the copy down and their addition");
     }
   }
   if (stage == 3) {
@@ -378,33 +423,39 @@ MemoryPlan plan_memory(const Config& config, const PlanModel& model) {
       largest = std::max(largest, padded.back());
     }
     const int64_t gathered = simulated_gathered_peak(model, groups, padded, zero);
-    add("gathered units", gathered * compute, MemoryPlace::kHost,
+    add("gathered units", gathered * compute, compute_place,
         "the units gathered at once: the engine's prefetch, reuse and eviction replayed over "
         "the model's unit calls");
     if (config.compute_dtype != config.param_dtype) {
       // Note [Compute dtype]: the 16-bit shards are gathered into a staging buffer and widened.
-      add("gather staging", largest * bytes_of(config.param_dtype), MemoryPlace::kHost,
+      add("gather staging", largest * bytes_of(config.param_dtype), compute_place,
           "the largest unit in the stored dtype, widened into the compute dtype");
     }
-    add("unit gradient buffer", largest * comm, MemoryPlace::kHost,
+    add("unit gradient buffer", largest * comm, compute_place,
         "the largest unit's gradients while reduced");
     if (persistent_padded > 0) {
-      add("persistent grad buffer", persistent_padded * comm, MemoryPlace::kHost,
+      add("persistent grad buffer", persistent_padded * comm, compute_place,
           "filled during backward, reduced at its end");
+    }
+    if (host_state && offload_stages_gradients) {
+      // HostGradientPipeline's staging buffers: a group's shard at most.
+      add("offload staging",
+          kHostGradientStagingBuffers * std::max(largest, persistent_padded) / world * comm,
+          pinned_place, "gradient pieces between the copy down and their addition");
     }
   }
 
   // Activations of one micro-batch; the other variant shown beside for comparison.
   const bool checkpointing = model.checkpointing && model.checkpointed.has_value();
   const ActivationBytes& used = checkpointing ? *model.checkpointed : model.activations;
-  add("activations", used.peak(), MemoryPlace::kHost,
+  add("activations", used.peak(), compute_place,
       std::string(checkpointing ? "with" : "without") + " activation checkpointing" +
           (model.micro_batch > 0 ? ", micro-batch " + std::to_string(model.micro_batch) + " x " +
                                        std::to_string(model.seq) + " tokens"
                                  : std::string()));
   if (model.checkpointed.has_value()) {
     add(checkpointing ? "  without checkpointing" : "  with checkpointing",
-        (checkpointing ? model.activations : *model.checkpointed).peak(), MemoryPlace::kHost,
+        (checkpointing ? model.activations : *model.checkpointed).peak(), compute_place,
         "not in this plan's peak", /*in_peak=*/false);
   }
 
@@ -412,14 +463,18 @@ MemoryPlan plan_memory(const Config& config, const PlanModel& model) {
     if (!r.in_peak) continue;
     if (r.place == MemoryPlace::kNvme) {
       plan.nvme_bytes += r.bytes;
+    } else if (r.place == MemoryPlace::kDevice) {
+      plan.device_bytes += r.bytes;
     } else {
       plan.peak_memory_bytes += r.bytes;
+      if (r.place == MemoryPlace::kPinnedHost) plan.pinned_bytes += r.bytes;
     }
   }
   return plan;
 }
 
-std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& model) {
+std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& model,
+                                         PlanTarget target) {
   std::vector<MemoryPlan> plans;
   for (int stage = 0; stage <= 3; ++stage) {
     Config c = config;
@@ -439,9 +494,48 @@ std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& 
     c.compute_dtype = stage == 3 && (auto_fp32 || config.zero_optimization.stage == 3)
                           ? config.compute_dtype
                           : c.param_dtype;
-    plans.push_back(plan_memory(c, model));
+    plans.push_back(plan_memory(c, model, target));
   }
   return plans;
+}
+
+std::string offload_that_fits(const Config& config, const PlanModel& model, int64_t device_bytes,
+                              int64_t host_bytes) {
+  struct Change {
+    int stage;
+    bool checkpoint;
+  };
+  const int stage = std::max(1, config.zero_optimization.stage);
+  std::vector<Change> changes = {{stage, false}, {3, false}};
+  if (model.checkpointed.has_value() && !model.checkpointing) {
+    changes.push_back({stage, true});
+    changes.push_back({3, true});
+  }
+  for (const Change& change : changes) {
+    Config c = config;
+    c.zero_optimization.stage = change.stage;
+    if (c.zero_optimization.offload_optimizer.device == OffloadDevice::kNone) {
+      c.zero_optimization.offload_optimizer.device = OffloadDevice::kCpu;
+      c.zero_optimization.offload_optimizer.pin_memory = true;
+    }
+    PlanModel m = model;
+    m.checkpointing = change.checkpoint || model.checkpointing;
+    const MemoryPlan plan = plan_memory(c, m, PlanTarget::kDevice);
+    if (plan.device_bytes > device_bytes || plan.peak_memory_bytes > host_bytes) continue;
+    std::string keys;
+    if (change.stage != config.zero_optimization.stage) {
+      keys = "zero_optimization.stage " + std::to_string(change.stage) + ", ";
+    }
+    if (config.zero_optimization.offload_optimizer.device == OffloadDevice::kNone) {
+      keys += "zero_optimization.offload_optimizer {\"device\": \"cpu\", \"pin_memory\": true}";
+    } else {
+      keys += "the offload_optimizer already set";
+    }
+    if (change.checkpoint) keys += ", and activation checkpointing of every block";
+    return keys + " (planned: " + human(plan.device_bytes) + " of the GPU, " +
+           human(plan.peak_memory_bytes) + " of host memory per rank)";
+  }
+  return "";
 }
 
 std::string format_memory_plans(const std::vector<MemoryPlan>& plans) {
@@ -456,32 +550,49 @@ std::string format_memory_plans(const std::vector<MemoryPlan>& plans) {
     }
   }
   items.insert(items.end(), activations.begin(), activations.end());
-  // One line: the item left-aligned, then a right-aligned cell per plan.
-  std::ostringstream out;
+  // A table: the item left-aligned, then a right-aligned column per plan, each as wide as its
+  // widest cell (a placement note makes a cell wider) with two spaces between columns.
+  std::vector<std::vector<std::string>> table;  // rows of cells: item, then one per plan
   const auto line = [&](const std::string& item, const auto& cell_of) {
-    constexpr int kItem = 24, kColumn = 25;
-    char cell[96];
-    std::snprintf(cell, sizeof(cell), "%-*s", kItem, item.c_str());
-    out << cell;
-    for (const MemoryPlan& plan : plans) {
-      std::snprintf(cell, sizeof(cell), "%*s", kColumn, cell_of(plan).c_str());
-      out << cell;
-    }
-    out << "\n";
+    std::vector<std::string> cells = {item};
+    for (const MemoryPlan& plan : plans) cells.push_back(cell_of(plan));
+    table.push_back(std::move(cells));
   };
   line("per rank", [](const MemoryPlan& plan) { return "ZeRO-" + std::to_string(plan.stage); });
   for (const std::string& item : items) {
     line(item, [&item](const MemoryPlan& plan) {
       const MemoryPlanRow* r = plan.row(item);
       if (r == nullptr) return std::string("-");
-      if (r->place == MemoryPlace::kHost) return human(r->bytes);
+      const MemoryPlace usual = plan.target == PlanTarget::kDevice ? MemoryPlace::kDevice
+                                                                   : MemoryPlace::kHost;
+      if (r->place == usual) return human(r->bytes);
       return human(r->bytes) + " (" + memory_place_name(r->place) + ")";
     });
   }
-  line("peak in memory", [](const MemoryPlan& plan) { return human(plan.peak_memory_bytes); });
+  const bool device = std::any_of(plans.begin(), plans.end(), [](const MemoryPlan& plan) {
+    return plan.target == PlanTarget::kDevice;
+  });
+  if (device) line("peak on the GPU", [](const MemoryPlan& plan) { return human(plan.device_bytes); });
+  line(device ? "host memory" : "peak in memory",
+       [](const MemoryPlan& plan) { return human(plan.peak_memory_bytes); });
+  const bool pinned = std::any_of(plans.begin(), plans.end(),
+                                  [](const MemoryPlan& plan) { return plan.pinned_bytes > 0; });
+  if (pinned) line("  of it pinned", [](const MemoryPlan& plan) { return human(plan.pinned_bytes); });
   const bool nvme = std::any_of(plans.begin(), plans.end(),
                                 [](const MemoryPlan& plan) { return plan.nvme_bytes > 0; });
   if (nvme) line("on NVMe", [](const MemoryPlan& plan) { return human(plan.nvme_bytes); });
+  std::vector<size_t> width(plans.size() + 1, 0);
+  for (const auto& cells : table) {
+    for (size_t c = 0; c < cells.size(); ++c) width[c] = std::max(width[c], cells[c].size());
+  }
+  std::ostringstream out;
+  for (const auto& cells : table) {
+    out << cells[0] << std::string(width[0] - cells[0].size(), ' ');
+    for (size_t c = 1; c < cells.size(); ++c) {
+      out << std::string(2 + width[c] - cells[c].size(), ' ') << cells[c];
+    }
+    out << "\n";
+  }
   return out.str();
 }
 

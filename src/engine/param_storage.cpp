@@ -77,7 +77,8 @@ void detach_storage(const at::Tensor& full, const std::string& owner) {
 PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
                                       at::ScalarType stored_dtype, at::ScalarType compute_dtype,
                                       Communicator& comm, bool keep_whole,
-                                      const std::string& owner) {
+                                      const std::string& owner,
+                                      std::optional<at::Device> device) {
   ZERO_INTERNAL_ASSERT(!params.empty(), "partition_parameters: no parameters");
   PartitionedGroup group;
   int64_t numel = 0;
@@ -88,7 +89,8 @@ PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
   group.layout = shard_layout(numel, comm.size(), kShardAlignment);
   at::NoGradGuard no_grad;
   group.full = at::zeros({group.layout.padded_numel},
-                         at::TensorOptions().dtype(compute_dtype).device(params.front().device()));
+                         at::TensorOptions().dtype(compute_dtype).device(
+                             device.value_or(params.front().device())));
   for (size_t i = 0; i < params.size(); ++i) {
     group.full.narrow(0, group.offsets[i], params[i].numel())
         .copy_(params[i].detach().reshape({-1}));

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,11 +34,13 @@ struct PartitionedGroup {
 /// view of the buffer (`moved` records the broadcast). When the two dtypes differ (Note
 /// [Compute dtype] in zero/config.h) the buffer holds the stored values widened, exactly what
 /// a later gather gives. With `keep_whole` false the buffer's storage is then detached,
-/// freeing the full copy.
+/// freeing the full copy. The buffer is on `device` (the parameters move there), or where the
+/// parameters are when it is nullopt.
 PartitionedGroup partition_parameters(const std::vector<at::Tensor>& params,
                                       at::ScalarType stored_dtype, at::ScalarType compute_dtype,
                                       Communicator& comm, bool keep_whole,
-                                      const std::string& owner);
+                                      const std::string& owner,
+                                      std::optional<at::Device> device = std::nullopt);
 
 /// A unit partitioned while the model was built (zero::ShardedInit), waiting for
 /// zero::initialize to adopt it.

@@ -20,6 +20,7 @@ struct ShardedInit::State {
   Config config;
   std::shared_ptr<Communicator> comm;
   std::unordered_set<const void*> claimed;  // parameters already in some unit's partition
+  std::optional<at::Device> device;          // where partitioned parameters go
   ShardedInit* previous = nullptr;
 };
 
@@ -27,7 +28,8 @@ namespace {
 thread_local ShardedInit::State* active = nullptr;
 }  // namespace
 
-ShardedInit::ShardedInit(const Config& config, std::shared_ptr<Communicator> comm)
+ShardedInit::ShardedInit(const Config& config, std::shared_ptr<Communicator> comm,
+                         std::optional<c10::Device> device)
     : state_(std::make_unique<State>()) {
   ZERO_CHECK(comm != nullptr, "zero::ShardedInit: communicator is null");
   validate_config(config);
@@ -48,6 +50,7 @@ ShardedInit::ShardedInit(const Config& config, std::shared_ptr<Communicator> com
              "this thread");
   state_->config = config;
   state_->comm = std::move(comm);
+  state_->device = device;
   active = state_.get();
 }
 
@@ -82,7 +85,7 @@ void partition_declared_unit(torch::nn::Module& module) {
   unit->world = state->comm->size();
   unit->persistence_threshold = threshold;
   unit->group = partition_parameters(params, unit->dtype, unit->compute_dtype, *state->comm,
-                                     /*keep_whole=*/false, module.name());
+                                     /*keep_whole=*/false, module.name(), state->device);
   store_prepartitioned(module, std::move(unit));
   release_freed_host_memory();  // the unit's full copy (zero/memory.h says why)
 }

@@ -25,8 +25,9 @@ std::string gib(int64_t bytes) {
   return text;
 }
 
-// MemAvailable of /proc/meminfo in bytes; -1 when it cannot be read.
-int64_t memory_available() {
+}  // namespace
+
+int64_t host_memory_available() {
   std::ifstream in("/proc/meminfo");
   std::string key;
   int64_t kib = 0;
@@ -36,8 +37,6 @@ int64_t memory_available() {
   }
   return -1;
 }
-
-}  // namespace
 
 StateEstimate estimate_state(const Config& config, int64_t num_parameters) {
   const ZeroOptimizationConfig& zero = config.zero_optimization;
@@ -110,7 +109,7 @@ std::string check_fits(const Config& config, const StateEstimate& e, int64_t mem
   std::vector<struct statvfs> spaces(targets.size());
   std::vector<bool> have_space(targets.size(), false);
   std::ostringstream mine;
-  mine << host_name() << " " << memory_available();
+  mine << host_name() << " " << host_memory_available();
   for (size_t t = 0; t < targets.size(); ++t) {
     have_space[t] = ::statvfs(targets[t].path.c_str(), &spaces[t]) == 0;
     mine << " " << (have_space[t] ? std::to_string(spaces[t].f_fsid) : std::string("-")) << " "

@@ -47,7 +47,9 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     // Accumulated over blocks in fp32 whatever the compute dtype.
     at::Tensor grad_weight = need_weight ? at::zeros({vocab, weight.size(1)}, fp32) : at::Tensor();
     const double scale = 1.0 / static_cast<double>(n);
-    double loss_sum = 0.0;
+    // Summed in fp64 on the hidden states' device, block by block in order: no host read per
+    // block on a GPU, the same bits as a host double on the CPU.
+    at::Tensor loss_sum = at::zeros({}, compute.dtype(at::kDouble));
     for (int64_t begin = 0; begin < n; begin += rows) {
       const int64_t r = std::min(rows, n - begin);
       const at::Tensor h = hidden.narrow(0, begin, r);
@@ -58,7 +60,7 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
       at::Tensor log_p = logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
       at::_log_softmax_out(log_p, log_p, 1, false);
       const at::Tensor picked = log_p.gather(1, t.unsqueeze(1));
-      loss_sum -= picked.sum(at::kDouble).item<double>();
+      loss_sum.sub_(picked.sum(at::kDouble));
       if (!gradients) continue;
       at::Tensor p = log_p.exp_();  // softmax
       const at::Tensor row_index = at::arange(r, t.options());
@@ -83,7 +85,7 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
       ctx->saved_data["grad_weight"] = need_weight ? grad_weight.to(weight.scalar_type())
                                                    : at::Tensor();
     }
-    return at::scalar_tensor(loss_sum * scale, fp32);
+    return loss_sum.mul_(scale).to(at::kFloat);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

@@ -6,6 +6,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -37,7 +38,7 @@ class StreamTransferQueue final : public TransferQueue {
     }
   }
 
-  Ticket copy(const at::Tensor& dst, const at::Tensor& src) override {
+  Ticket copy(const at::Tensor& dst, const at::Tensor& src, Direction direction) override {
     ZERO_INTERNAL_ASSERT(dst.numel() == src.numel(), "transfer of ", src.numel(), " elements into ",
                          dst.numel());
     std::lock_guard<std::mutex> lock(mutex_);
@@ -45,11 +46,15 @@ class StreamTransferQueue final : public TransferQueue {
     c10::Event producer(device_.type());
     producer.record(guard_.getStream(device_));
     producer.block(stream_);
+    // Timing events (BACKEND_DEFAULT) around the copy: its device time, for stats().
+    Pending pending{++last_, c10::Event(device_.type(), c10::EventFlag::BACKEND_DEFAULT),
+                    c10::Event(device_.type(), c10::EventFlag::BACKEND_DEFAULT), dst, src,
+                    direction, static_cast<int64_t>(src.nbytes())};
+    pending.started.record(stream_);
     {
       const c10::StreamGuard on_copy_stream(stream_);
       dst.copy_(src, /*non_blocking=*/true);
     }
-    Pending pending{++last_, c10::Event(device_.type()), dst, src};
     pending.done.record(stream_);
     pending_.push_back(std::move(pending));
     return last_;
@@ -63,7 +68,12 @@ class StreamTransferQueue final : public TransferQueue {
         break;
       }
     }
-    while (!pending_.empty() && pending_.front().ticket <= ticket) pending_.pop_front();
+    while (!pending_.empty() && pending_.front().ticket <= ticket) retire_front();
+  }
+
+  Stats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
   }
 
   void order_current_stream_after(Ticket ticket) override {
@@ -88,13 +98,28 @@ class StreamTransferQueue final : public TransferQueue {
  private:
   struct Pending {
     Ticket ticket;
-    c10::Event done;
+    c10::Event started, done;
     at::Tensor dst, src;  // alive until the copy has run
+    Direction direction;
+    int64_t bytes;
   };
 
-  // Drops the finished copies at the front (their tensors may be freed now).
+  // Counts the finished copy at the front and drops it (its tensors may be freed now).
+  void retire_front() {
+    const Pending& p = pending_.front();
+    const double seconds = p.started.elapsedTime(p.done) / 1e3;
+    if (p.direction == Direction::kDown) {
+      stats_.down_bytes += p.bytes;
+      stats_.down_seconds += seconds;
+    } else {
+      stats_.up_bytes += p.bytes;
+      stats_.up_seconds += seconds;
+    }
+    pending_.pop_front();
+  }
+  // Drops the finished copies at the front.
   void prune() {
-    while (!pending_.empty() && pending_.front().done.query()) pending_.pop_front();
+    while (!pending_.empty() && pending_.front().done.query()) retire_front();
   }
 
   const at::Device device_;
@@ -103,6 +128,7 @@ class StreamTransferQueue final : public TransferQueue {
   mutable std::mutex mutex_;
   std::deque<Pending> pending_;
   Ticket last_ = 0;
+  Stats stats_;
 };
 
 // The CPU stand-in: the copies run in order on a thread of their own.
@@ -119,14 +145,14 @@ class ThreadTransferQueue final : public TransferQueue {
     thread_.join();
   }
 
-  Ticket copy(const at::Tensor& dst, const at::Tensor& src) override {
+  Ticket copy(const at::Tensor& dst, const at::Tensor& src, Direction direction) override {
     ZERO_INTERNAL_ASSERT(dst.numel() == src.numel(), "transfer of ", src.numel(), " elements into ",
                          dst.numel());
     Ticket ticket;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ticket = ++last_;
-      queue_.push_back({dst, src});
+      queue_.push_back({dst, src, direction});
     }
     changed_.notify_all();
     return ticket;
@@ -145,6 +171,11 @@ class ThreadTransferQueue final : public TransferQueue {
     return last_;
   }
 
+  Stats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
   at::Tensor host_buffer(int64_t numel, at::ScalarType dtype, bool /*pinned*/) const override {
     return at::zeros({numel}, at::TensorOptions().dtype(dtype));
   }
@@ -152,6 +183,7 @@ class ThreadTransferQueue final : public TransferQueue {
  private:
   struct Copy {
     at::Tensor dst, src;
+    Direction direction = Direction::kDown;
   };
 
   void run() {
@@ -163,14 +195,21 @@ class ThreadTransferQueue final : public TransferQueue {
       queue_.pop_front();
       lock.unlock();
       std::exception_ptr failure;
+      const auto started = std::chrono::steady_clock::now();
       try {
         next.dst.copy_(next.src);
       } catch (...) {
         failure = std::current_exception();
       }
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const int64_t bytes = static_cast<int64_t>(next.src.nbytes());
+      const Direction direction = next.direction;
       next = Copy{};  // the tensors go before the copy is reported done
       lock.lock();
       if (failure && !failure_) failure_ = failure;
+      (direction == Direction::kDown ? stats_.down_bytes : stats_.up_bytes) += bytes;
+      (direction == Direction::kDown ? stats_.down_seconds : stats_.up_seconds) += seconds;
       ++done_;
       changed_.notify_all();
     }
@@ -182,6 +221,7 @@ class ThreadTransferQueue final : public TransferQueue {
   Ticket last_ = 0;
   Ticket done_ = 0;
   std::exception_ptr failure_;
+  Stats stats_;
   bool stopping_ = false;
   std::thread thread_;  // last: started once everything it uses exists
 };

@@ -26,11 +26,23 @@ namespace zero {
 class TransferQueue {
  public:
   using Ticket = int64_t;  // 0: nothing (already complete)
+  /// Which way a copy goes: down to the host, up to the device (for the statistics; on the CPU
+  /// stand-in both ends are host memory).
+  enum class Direction { kDown, kUp };
+  /// What the queue has moved: bytes, and the time its copies took on the copy stream (device
+  /// time between each copy's start and end events; the copy thread's time on the stand-in),
+  /// for the copies known to have finished.
+  struct Stats {
+    int64_t down_bytes = 0;
+    int64_t up_bytes = 0;
+    double down_seconds = 0.0;
+    double up_seconds = 0.0;
+  };
 
   virtual ~TransferQueue() = default;
 
   /// Enqueues dst.copy_(src) (same numel; dtypes may differ). Thread-safe.
-  virtual Ticket copy(const at::Tensor& dst, const at::Tensor& src) = 0;
+  virtual Ticket copy(const at::Tensor& dst, const at::Tensor& src, Direction direction) = 0;
   /// The host waits until copies up to `ticket` have finished; rethrows a copy's failure.
   virtual void wait(Ticket ticket) = 0;
   /// Work enqueued on the caller's current stream from now on runs after copies up to
@@ -38,6 +50,7 @@ class TransferQueue {
   virtual void order_current_stream_after(Ticket ticket) = 0;
   /// The newest ticket handed out (0 before the first copy).
   virtual Ticket last() const = 0;
+  virtual Stats stats() const = 0;
 
   /// A pinned host buffer when the device has a pinned-memory allocator and `pinned` is
   /// asked for, else ordinary host memory. Zero-filled.

@@ -547,7 +547,8 @@ at::Tensor ParamStore::resident_range(int64_t begin, int64_t n) {
 
 void ParamStore::publish(int64_t begin, int64_t n) {
   if (!has_device_copy() || n == 0) return;
-  last_publish_ = queue_->copy(device_copy_.narrow(0, begin, n), resident_.narrow(0, begin, n));
+  last_publish_ = queue_->copy(device_copy_.narrow(0, begin, n), resident_.narrow(0, begin, n),
+                               TransferQueue::Direction::kUp);
 }
 
 void ParamStore::order_device_after_publish() {

@@ -85,6 +85,12 @@ echo '{"train_micro_batch_size_per_gpu": 48, "optimizer": {"type": "AdamW"}, "ze
 check activations_do_not_fit "of memory for the training step's peak" "activations" "MemAvailable" \
   -- --config "$work/big_batch.json" --model gpt2-large --seq-len 160
 check save_every_not_a_number "--save-every" "'often'" -- --config "$good_config" --save-every often
+check device_unknown "--device" "tpu" -- --config "$good_config" --device tpu
+# --device cuda where there is no GPU (this suite's machines): one message on every rank's
+# behalf, whether zero was built with CUDA (no device) or without (no libzero_cuda).
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  check device_cuda_without_gpu "--device cuda" -- --config "$good_config" --device cuda
+fi
 check resume_missing "--resume" "$work/none" -- --config "$good_config" --resume "$work/none"
 mkdir -p "$work/bad-checkpoint/global_step1"; echo global_step1 > "$work/bad-checkpoint/latest"
 echo '{"format": "zero-checkpoint", "version": 99}' > "$work/bad-checkpoint/global_step1/metadata.json"

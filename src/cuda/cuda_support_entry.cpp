@@ -1,0 +1,52 @@
+// libzero_cuda's entry point for zero::cuda_support() (zero/cuda_support.h), and the device
+// memory figures it offers.
+#include <cuda_runtime_api.h>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include "zero/comm_nccl.h"
+#include "zero/cuda_support.h"
+#include "zero/error.h"
+
+namespace zero {
+namespace {
+
+CudaMemory cuda_memory(int device) {
+  size_t free = 0, total = 0;
+  int previous = 0;
+  ZERO_CHECK(cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(device) == cudaSuccess,
+             "cannot select CUDA device ", device, ": ", cudaGetErrorString(cudaGetLastError()));
+  const cudaError_t rc = cudaMemGetInfo(&free, &total);
+  cudaSetDevice(previous);
+  ZERO_CHECK(rc == cudaSuccess, "cannot read the memory of CUDA device ", device, ": ",
+             cudaGetErrorString(rc));
+  using c10::CachingAllocator::StatType;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  CudaMemory memory;
+  memory.free_bytes = static_cast<int64_t>(free);
+  memory.total_bytes = static_cast<int64_t>(total);
+  memory.peak_allocated_bytes = stats.allocated_bytes[aggregate].peak;
+  memory.peak_reserved_bytes = stats.reserved_bytes[aggregate].peak;
+  return memory;
+}
+
+void reset_cuda_memory_peaks(int device) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+}
+
+}  // namespace
+}  // namespace zero
+
+const zero::CudaSupport* zero_cuda_support_v1() {
+  static const zero::CudaSupport support = [] {
+    zero::CudaSupport s;
+    s.make_nccl_communicator = &zero::make_nccl_communicator;
+    s.cuda_device_count = &zero::cuda_device_count;
+    s.default_cuda_device = &zero::default_cuda_device;
+    s.memory = &zero::cuda_memory;
+    s.reset_memory_peaks = &zero::reset_cuda_memory_peaks;
+    return s;
+  }();
+  return &support;
+}
