@@ -208,6 +208,37 @@ TEST(Cuda, OffloadedOptimizerMatchesTheStateOnTheDevice) {
   }
 }
 
+// offload_param on a CUDA model: the shards on the host, copied up for each gather, bitwise
+// what the offloaded optimizer alone gives (the same host loop steps the same values); alone,
+// without offload_optimizer, it is refused by name.
+TEST(Cuda, OffloadedParametersMatchTheOffloadedOptimizer) {
+  ZERO_REQUIRE_CUDA();
+  auto comm = cuda_world();
+  const ModelSpec spec = tiny_gpt2_spec();
+  RunOptions options;
+  options.device = "cuda:0";
+  options.stage = 3;
+  options.dtype = "bf16";
+  options.gradient_clipping = 1.0;
+  options.steps = 4;
+  const std::string base = "\"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": "
+                           "{\"device\": \"cpu\", \"pin_memory\": true}";
+  options.extra_zero_json = base;
+  const RunResult optimizer_only = run_engine(spec, options, comm);
+  options.extra_zero_json = base + ", \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}";
+  const RunResult both = run_engine(spec, options, comm);
+  EXPECT_EQ(optimizer_only.losses, both.losses);
+  EXPECT_TRUE(at::equal(optimizer_only.parameters, both.parameters));
+  options.extra_zero_json = "\"offload_param\": {\"device\": \"cpu\"}";
+  try {
+    (void)run_engine(spec, options, comm);
+    ADD_FAILURE() << "offload_param without offload_optimizer accepted on a GPU";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("needs zero_optimization.offload_optimizer"),
+              std::string::npos) << error.what();
+  }
+}
+
 // activation_checkpointing.cpu_checkpointing on a GPU: the checkpointed blocks' saved inputs
 // wait in host memory, and the gradients are those of the plain model (and of checkpointing
 // without it) to rounding; the CUDA generator is restored for the recompute (dropout 0.1).

@@ -84,28 +84,36 @@ TEST(DeviceOffload, TrainsBitwiseLikeTheStateBesideTheParameters) {
 }
 
 // overlap_comm off (reductions on the caller's thread), buckets of one parameter, fp16 with a
-// loss scale that overflows at first (skipped steps), and the optimizer state on NVMe behind
-// the device model: still the same bits.
+// loss scale that overflows at first (skipped steps), the optimizer state on NVMe behind the
+// device model, and at stage 3 the parameter shards on the host too (offload_param "cpu" or
+// "nvme": each gather copies its shard up first): still the same bits.
 TEST(DeviceOffload, OtherSettingsChangeNoBit) {
   auto comm = world();
   const std::string nvme = shared_temp_dir("device-offload-nvme");
+  const std::string cpu = "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false}";
+  const std::string on_nvme = "\"sub_group_size\": 500, \"offload_optimizer\": {\"device\": "
+                              "\"nvme\", \"nvme_path\": \"" + nvme + "\"}";
   struct Case {
     const char* name;
     int stage;
     const char* dtype;
-    std::string extra;
-    std::string top;
+    std::string both;     // zero_optimization keys of both runs
+    std::string offload;  // the offloaded run's
+    bool overlapped;      // whether its steps overlap backward
   };
   const std::vector<Case> cases = {
-      {"overlap_comm off", 2, "bf16", "\"overlap_comm\": false", ""},
-      {"stage 3 overlap_comm off", 3, "fp32", "\"overlap_comm\": false", ""},
-      {"fp16 loss scaling", 2, "fp16", "", ""},
-      {"nvme", 2, "bf16",
-       "\"sub_group_size\": 500, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" +
-           nvme + "\"}", ""},
-      {"stage 3 nvme", 3, "bf16",
-       "\"sub_group_size\": 500, \"offload_optimizer\": {\"device\": \"nvme\", "
-       "\"nvme_path\": \"" + nvme + "\"}", ""},
+      {"overlap_comm off", 2, "bf16", "\"overlap_comm\": false", cpu, true},
+      {"stage 3 overlap_comm off", 3, "fp32", "\"overlap_comm\": false", cpu, true},
+      {"fp16 loss scaling", 2, "fp16", "", cpu, false},
+      {"nvme", 2, "bf16", "", on_nvme, false},
+      {"stage 3 nvme", 3, "bf16", "", on_nvme, false},
+      {"stage 3 offload_param cpu", 3, "bf16", "",
+       cpu + ", \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}", true},
+      {"stage 3 offload_param cpu, overlap_comm off", 3, "fp32", "\"overlap_comm\": false",
+       cpu + ", \"offload_param\": {\"device\": \"cpu\"}", true},
+      {"stage 3 offload_param nvme", 3, "bf16", "",
+       on_nvme + ", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"" + nvme +
+           "\", \"buffer_count\": 2}", false},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -114,26 +122,22 @@ TEST(DeviceOffload, OtherSettingsChangeNoBit) {
     options.dtype = c.dtype;
     options.steps = 3;
     options.reduce_bucket_size = 1;  // a bucket per parameter: many pieces
-    options.extra_top_json = c.top;
-    const bool nvme_case = c.extra.find("nvme") != std::string::npos;
     // The same grouping in both runs (stage 3's grouping decides the reduction order).
-    std::string base = c.stage == 3 ? "\"stage3_param_persistence_threshold\": 0" : "";
-    if (!nvme_case && !c.extra.empty()) base += (base.empty() ? "" : ", ") + c.extra;
-    options.extra_zero_json = base;
+    std::string both = c.stage == 3 ? "\"stage3_param_persistence_threshold\": 0" : "";
+    if (!c.both.empty()) both += (both.empty() ? "" : ", ") + c.both;
+    options.extra_zero_json = both;
     const RunResult plain = run_engine(mlp_spec(), options, comm);
-    options.extra_zero_json =
-        base + (base.empty() ? "" : ", ") +
-        (nvme_case ? c.extra
-                   : "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": false}");
+    options.extra_zero_json = both + (both.empty() ? "" : ", ") + c.offload;
     EmulatedDeviceOffload emulated;
     const RunResult offloaded = run_engine(mlp_spec(), options, comm);
     ASSERT_TRUE(core(offloaded).offloads_from_device());
     EXPECT_EQ(plain.losses, offloaded.losses);
     EXPECT_TRUE(at::equal(plain.parameters, offloaded.parameters));
-    // The NVMe state is stepped after backward (its tiles are whole swap records).
-    if (nvme_case || std::string(c.dtype) == "fp16") {
-      EXPECT_EQ(core(offloaded).overlapped_steps(), 0);
-    }
+    EXPECT_EQ(core(offloaded).overlapped_steps(), c.overlapped ? options.steps : 0);
+    // With the shards on the host, every gather copies its shard up (the parameters' only way
+    // up: nothing else is published); without, the steps publish the updated shard.
+    EXPECT_GT(core(offloaded).offload_stats().transfers.up_bytes, 0);
+    EXPECT_GT(core(offloaded).offload_stats().transfers.down_bytes, 0);
   }
 }
 

@@ -142,6 +142,26 @@ TEST(MemoryPlan, DeviceModelWithOffloadedOptimizer) {
     EXPECT_NE(fits.find("offload_optimizer"), std::string::npos) << fits;
     EXPECT_EQ(offload_that_fits(in_device, model, 1000, int64_t{1} << 40), "");
   }
+  // Stage 3 with the shards on the host too (offload_param "cpu"): only the gathered units,
+  // the persistent parameters, a shard's upload and the buffers stay on the device.
+  const Config both = config_at(
+      3, comm->size(),
+      ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, "
+      "\"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}",
+      bf16);
+  const gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
+  const PlanModel model = preset.plan_model(2, kSeq, both.compute_dtype);
+  const MemoryPlan plan = plan_memory(both, model, PlanTarget::kDevice);
+  setenv("ZERO_EMULATE_DEVICE_OFFLOAD", "1", 1);
+  const double measured = measured_peak(preset, both, kSeq, comm);
+  unsetenv("ZERO_EMULATE_DEVICE_OFFLOAD");
+  const double planned = static_cast<double>(plan.device_bytes + plan.peak_memory_bytes);
+  EXPECT_NEAR(measured / planned, 1.0, 0.10)
+      << "planned " << planned / (1 << 20) << " MiB, measured " << measured / (1 << 20)
+      << " MiB\n" << format_memory_plans({plan});
+  EXPECT_EQ(plan.row("parameters")->place, MemoryPlace::kPinnedHost);
+  EXPECT_EQ(plan.row("shard upload")->place, MemoryPlace::kDevice);
+  EXPECT_EQ(plan.row("parameter copy (host)"), nullptr);
 }
 
 // Stage 3 with the optimizer state and the unit shards on NVMe: the swap files and their

@@ -118,9 +118,10 @@ ZERO_API std::vector<MemoryPlan> plan_every_stage(const Config& config, const Pl
 /// For a device model whose plan needs more than `device_bytes` of the device: the first of
 /// these changes, each keeping what the config asks for and adding to it, whose plan fits,
 /// as one line naming the keys ("zero_optimization.offload_optimizer.device \"cpu\" ..."):
-/// offload_optimizer "cpu" at the config's stage (stage 1 when it is 0), stage 3 with it, and
-/// each of those with every block's activations checkpointed (when the model can say what
-/// that saves); "" when none fits. `host_bytes` bounds the host memory they may use.
+/// offload_optimizer "cpu" at the config's stage (stage 1 when it is 0), stage 3 with it,
+/// stage 3 with offload_param "cpu" too, and each of those with every block's activations
+/// checkpointed (when the model can say what that saves); "" when none fits. `host_bytes`
+/// bounds the host memory they may use.
 ZERO_API std::string offload_that_fits(const Config& config, const PlanModel& model,
                                        int64_t device_bytes, int64_t host_bytes);
 

@@ -297,7 +297,12 @@ std::string EngineCore::device_offload_notice() const {
          "the gradient shard and a copy of the parameter shard in " +
          (offload.pin_memory ? "pinned"
                              : "pageable (pin_memory false; true makes the copies asynchronous)") +
-         " host memory; gradients go down on a copy stream as backward produces them and updated "
+         " host memory" +
+         (stage_ == 3 && config_.zero_optimization.offload_param.device != OffloadDevice::kNone
+              ? std::string(" (with offload_param, the only copy of the parameter shards: each "
+                            "gather copies its shard up)")
+              : std::string()) +
+         "; gradients go down on a copy stream as backward produces them and updated "
          "parameters go up tile by tile; the optimizer steps on " +
          std::to_string(at::get_num_threads()) + " host thread(s) " + when +
          (offload_emulated_ ? " [emulated on CPU ranks: ZERO_EMULATE_DEVICE_OFFLOAD]" : "");

@@ -41,6 +41,9 @@ namespace zero {
 // the host gradient wait for the down copies before them, and the next step's gradient copies
 // come after this step's parameter copies.
 //
+// With offload_param too (stage 3) the host store is the only copy of the shards: the device
+// keeps none, and each gather copies its shard up first (Stage3Engine::all_gather_group).
+//
 // When the update does not depend on the global gradient norm (no gradient_clipping, no fp16
 // loss scaling, whose overflow check needs it) the optimizer also steps each piece's elements
 // as soon as they have arrived on the boundary micro-step, overlapped with the rest of backward

@@ -47,6 +47,12 @@ namespace {
 
 int64_t bytes_of(c10::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
 
+int64_t largest_shard_numel(const std::vector<int64_t>& shards) {
+  int64_t largest = 0;
+  for (int64_t numel : shards) largest = std::max(largest, numel);
+  return largest;
+}
+
 // Stage 3's groups per Note [Stage 3 units]: partitioned elements per unit, and the
 // persistent ones (outside every unit, or small while the running total stays within the cap).
 struct Groups {
@@ -247,17 +253,18 @@ const MemoryPlanRow* MemoryPlan::row(const std::string& item) const {
 MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget target) {
   // A device model: the parameters, the engine's buffers and the activations are on the device;
   // with offload_optimizer, the optimizer's state, the gradient shard and a parameter copy are
-  // on the host (Note [Offload of a device model]). offload_param is not built for device
-  // models (the engine refuses it): planned without it.
+  // on the host (Note [Offload of a device model]), and with offload_param (stage 3) the shards
+  // are on the host (or NVMe) alone, copied up a shard at a time for each gather.
   const bool device = target == PlanTarget::kDevice;
-  Config config = given;
-  if (device) config.zero_optimization.offload_param = OffloadConfig{};
+  const Config& config = given;
   const ZeroOptimizationConfig& zero = config.zero_optimization;
   const int stage = zero.stage;
   const int world = std::max(1, config.world_size);
   const int64_t compute = bytes_of(config.compute_dtype);
   const int64_t comm = bytes_of(config.communication_dtype);
   const bool host_state = device && zero.offload_optimizer.device != OffloadDevice::kNone;
+  const bool shards_on_host =
+      device && stage == 3 && zero.offload_param.device != OffloadDevice::kNone;
   const MemoryPlace compute_place = device ? MemoryPlace::kDevice : MemoryPlace::kHost;
   const MemoryPlace pinned_place =
       zero.offload_optimizer.pin_memory ? MemoryPlace::kPinnedHost : MemoryPlace::kHost;
@@ -332,8 +339,16 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
       param_staging = std::max<int64_t>(2, std::min<int64_t>(offload.buffer_count, swapped)) *
                       align_up(largest * param_bytes);
     }
-    add("parameters", in_memory * param_bytes, compute_place,
+    const MemoryPlace shard_place =
+        !shards_on_host                                        ? compute_place
+        : offload.device == OffloadDevice::kCpu && offload.pin_memory ? MemoryPlace::kPinnedHost
+                                                                       : MemoryPlace::kHost;
+    add("parameters", in_memory * param_bytes, shard_place,
         dtype + " shards" + (swapped > 0 ? " kept in memory (max_in_cpu, persistent group)" : ""));
+    if (shards_on_host) {
+      add("shard upload", largest_shard_numel(shards) * param_bytes, MemoryPlace::kDevice,
+          "a gather's shard copied up from the host");
+    }
     if (swapped > 0) {
       add("parameters on NVMe", on_disk * param_bytes, MemoryPlace::kNvme, dtype + " unit shards");
     }
@@ -368,8 +383,10 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
     const int64_t kept = bytes_of(kept_gradient_dtype(config));
     add("gradient shard (host)", shard_numel * kept, pinned_place,
         "the owned shard, copied down as backward reduces it");
-    add("parameter copy (host)", shard_numel * bytes_of(config.param_dtype), pinned_place,
-        "the owned shard the optimizer writes, copied up tile by tile");
+    if (!shards_on_host) {  // else the host shards above are what the optimizer writes
+      add("parameter copy (host)", shard_numel * bytes_of(config.param_dtype), pinned_place,
+          "the owned shard the optimizer writes, copied up tile by tile");
+    }
   }
   if (e.master_params > 0) add("fp32 master", e.master_params, state_place, "fp32");
   add("optimizer state", e.optimizer_state, state_place,
@@ -503,13 +520,15 @@ std::string offload_that_fits(const Config& config, const PlanModel& model, int6
                               int64_t host_bytes) {
   struct Change {
     int stage;
+    bool params;  // offload_param "cpu" too (stage 3)
     bool checkpoint;
   };
   const int stage = std::max(1, config.zero_optimization.stage);
-  std::vector<Change> changes = {{stage, false}, {3, false}};
+  std::vector<Change> changes = {{stage, false, false}, {3, false, false}, {3, true, false}};
   if (model.checkpointed.has_value() && !model.checkpointing) {
-    changes.push_back({stage, true});
-    changes.push_back({3, true});
+    changes.push_back({stage, false, true});
+    changes.push_back({3, false, true});
+    changes.push_back({3, true, true});
   }
   for (const Change& change : changes) {
     Config c = config;
@@ -517,6 +536,12 @@ std::string offload_that_fits(const Config& config, const PlanModel& model, int6
     if (c.zero_optimization.offload_optimizer.device == OffloadDevice::kNone) {
       c.zero_optimization.offload_optimizer.device = OffloadDevice::kCpu;
       c.zero_optimization.offload_optimizer.pin_memory = true;
+    }
+    const bool add_params =
+        change.params && c.zero_optimization.offload_param.device == OffloadDevice::kNone;
+    if (add_params) {
+      c.zero_optimization.offload_param.device = OffloadDevice::kCpu;
+      c.zero_optimization.offload_param.pin_memory = true;
     }
     PlanModel m = model;
     m.checkpointing = change.checkpoint || model.checkpointing;
@@ -530,6 +555,9 @@ std::string offload_that_fits(const Config& config, const PlanModel& model, int6
       keys += "zero_optimization.offload_optimizer {\"device\": \"cpu\", \"pin_memory\": true}";
     } else {
       keys += "the offload_optimizer already set";
+    }
+    if (add_params) {
+      keys += ", zero_optimization.offload_param {\"device\": \"cpu\", \"pin_memory\": true}";
     }
     if (change.checkpoint) keys += ", and activation checkpointing of every block";
     return keys + " (planned: " + human(plan.device_bytes) + " of the GPU, " +

@@ -139,7 +139,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void make_param_store();
   // Gathering.
   void issue_gather(int g);
-  void all_gather_group(int g, const at::Tensor& input, const at::Tensor& output);
+  void all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output);
   void read_ahead();
   // Waits for group g's gather (if in flight) and releases its shard's lease; rethrows a
   // failed read of an offloaded shard only when `report_read_failure`.
@@ -174,6 +174,9 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   // state]); in memory or, with offload_param "nvme", on NVMe (Note [Parameter offload]).
   std::shared_ptr<ParamStore> param_store_;
   at::TensorOptions shard_options_;  // param dtype, on the parameters' device
+  // offload_param with a device model (Note [Offload of a device model]): the shards live on
+  // the host only, and each gather copies its shard up on the transfer queue first.
+  bool shards_on_host_ = false;
   std::vector<StateSegment> owned_segments() const;  // this rank's shard space, by parameter
   BufferPool pool_;  // gathered parameters and gradients in flight
 
@@ -410,21 +413,33 @@ void Stage3Engine::partition() {
 // swap file but for the persistent group and max_in_cpu elements (Note [Parameter offload]).
 void Stage3Engine::make_param_store() {
   const OffloadConfig& offload = config_.zero_optimization.offload_param;
-  // offload_param "cpu": the partitioned shards in host memory, where CPU ranks keep them.
-  ZERO_CHECK(offload.device == OffloadDevice::kNone || shard_options_.device().is_cpu(),
+  // offload_param on a device model: the shards on the host (pinned with "cpu", in swap files
+  // with "nvme"), stepped there by the offloaded optimizer; a gather copies its shard up first
+  // (all_gather_group). On CPU ranks "cpu" is where the shards are already (Note [CPU offload
+  // on CPU ranks]).
+  const bool device_model = !shard_options_.device().is_cpu() || device_offload();
+  ZERO_CHECK(offload.device == OffloadDevice::kNone || !device_model || device_offload(),
              config_.source, ": zero_optimization.offload_param.device = \"",
              offload.device == OffloadDevice::kNvme ? "nvme" : "cpu", "\" with parameters on ",
-             shard_options_.device(), " is not supported yet; allowed here: \"none\"");
+             shard_options_.device(), " needs zero_optimization.offload_optimizer.device \"cpu\" ",
+             "or \"nvme\" too: the optimizer steps the parameters where they are kept");
+  shards_on_host_ = device_model && offload.device != OffloadDevice::kNone;
   std::vector<int64_t> numel;
   std::vector<bool> persistent;
   for (const Group& group : groups_) {
     numel.push_back(group.layout.shard_numel);
     persistent.push_back(group.persistent);
   }
+  if (offload.device == OffloadDevice::kCpu && shards_on_host_) {
+    param_store_ = std::make_shared<ParamStore>(
+        transfer_->host_buffer(shard_numel_, param_dtype_, offload.pin_memory),
+        param_segments(numel, persistent, shard_numel_));
+    return;
+  }
   if (offload.device != OffloadDevice::kNvme) {
     // Offloaded from a device, a host copy of the shards with them as its device copy.
     param_store_ = make_param_store_over(at::empty({shard_numel_}, shard_options_),
-                                                param_segments(numel, persistent, shard_numel_));
+                                         param_segments(numel, persistent, shard_numel_));
     return;
   }
   const std::vector<ParamStore::Segment> segments =
@@ -514,18 +529,29 @@ void Stage3Engine::issue_gather(int g) {
 // Gathers group g's shards into `output` (compute dtype, padded_numel elements): directly,
 // or through a 16-bit staging buffer widened into it. Written through `output`, a tensor of
 // its own: the parameters' version counters are not bumped (Note [Stage 3 units]).
-void Stage3Engine::all_gather_group(int g, const at::Tensor& input, const at::Tensor& output) {
+void Stage3Engine::all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output) {
   const Group& group = groups_[g];
+  // A shard kept on the host (offload_param with a device model) goes up first, on the transfer
+  // queue. This thread waits for the copy: the host memory it reads (a swap slot, or the shard
+  // a step will overwrite) may be reused as soon as the gather is done.
+  at::Tensor uploaded;
+  at::Tensor input = shard;
+  if (shards_on_host_) {
+    uploaded = pool_.acquire(shard.numel(), shard_options_);
+    input = uploaded.narrow(0, 0, shard.numel());
+    transfer_->wait(transfer_->copy(input, shard, TransferQueue::Direction::kUp));
+  }
   if (compute_dtype_ == param_dtype_) {
     counted(comm_->all_gather(input, output))->wait();
-    return;
+  } else {
+    const int64_t padded = group.layout.padded_numel;
+    at::Tensor staging = pool_.acquire(padded, shard_options_);
+    const at::Tensor stored = staging.narrow(0, 0, padded);
+    counted(comm_->all_gather(input, stored))->wait();
+    output.copy_(stored);
+    pool_.put(std::move(staging));
   }
-  const int64_t padded = group.layout.padded_numel;
-  at::Tensor staging = pool_.acquire(padded, shard_options_);
-  const at::Tensor stored = staging.narrow(0, 0, padded);
-  counted(comm_->all_gather(input, stored))->wait();
-  output.copy_(stored);
-  pool_.put(std::move(staging));
+  pool_.put(std::move(uploaded));
 }
 
 void Stage3Engine::wait_gathered(int g, bool report_read_failure) {
