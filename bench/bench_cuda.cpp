@@ -9,7 +9,7 @@
 // The two alternate --rounds times. Each prints tokens/s and MFU, counting 6N + 12 L d T FLOPs
 // per token (N parameters, L layers, d width, T tokens of context), as llm.c and nanoGPT do.
 // Usage: mpirun -np 1 bench_cuda [--model gpt2] [--batch 16] [--seq 1024] [--steps 20]
-//        [--warmup 3] [--rounds 2] [--stage 2]
+//        [--warmup 3] [--rounds 2] [--stage 2] [--profile STEPS]
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <CLI/CLI.hpp>
@@ -22,6 +22,7 @@
 #include <string>
 
 #include "cuda_bench_common.h"
+#include "kernel_profile.h"
 #include "zero/comm_mpi.h"
 #include "zero/comm_nccl.h"
 #include "zero/config.h"
@@ -41,6 +42,7 @@ struct Options {
   int warmup = 3;
   int rounds = 2;
   int stage = 2;
+  int profile = 0;  // steps of zero's run profiled kernel by kernel (0: none)
 };
 
 // Mean seconds per step over `steps` steps after `warmup`.
@@ -66,6 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "untimed steps per run");
   app.add_option("--rounds", o.rounds, "alternations of the two runs");
   app.add_option("--stage", o.stage, "zero's ZeRO stage");
+  app.add_option("--profile", o.profile,
+                 "then profile this many of zero's steps: GPU time per kernel, GPU busy share");
   CLI11_PARSE(app, argc, argv);
   try {
     if (zero::cuda_device_count() == 0) {
@@ -106,10 +110,17 @@ int main(int argc, char** argv) {
         model->to(gpu);
         auto engine = zero::initialize(
             model, zero::parse_config(config_json, comm->size(), "bench_cuda"), comm);
-        report("zero", time_steps(o.warmup, o.steps, [&] {
-                 engine->backward(model->forward_loss(x, y));
-                 engine->step();
-               }));
+        const auto step = [&] {
+          engine->backward(model->forward_loss(x, y));
+          engine->step();
+        };
+        report("zero", time_steps(o.warmup, o.steps, step));
+        if (o.profile > 0 && round == o.rounds - 1) {
+          const zero::bench::KernelBreakdown breakdown = zero::bench::profile_kernels(
+              o.profile, step, [] { c10::cuda::device_synchronize(); }, c10::DeviceType::CUDA);
+          zero::bench::print_kernel_breakdown(
+              ("bench_cuda stage=" + std::to_string(o.stage)).c_str(), breakdown, o.profile);
+        }
       }
       {
         torch::manual_seed(0);

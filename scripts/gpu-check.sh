@@ -190,10 +190,14 @@ fi
 if [ "$quick" = 0 ]; then
   say "== benchmarks"
   for stage in 0 2 3; do
-    "${mpirun_cmd[@]}" -np 1 "$BUILD_DIR/bench/bench_cuda" --stage "$stage" --rounds 2 2>&1 |
+    "${mpirun_cmd[@]}" -np 1 "$BUILD_DIR/bench/bench_cuda" --stage "$stage" --rounds 2 --profile 3 2>&1 |
       grep -E "^bench_cuda|error" | tee -a "$results" || status=1
   done
   "$PYTHON" bench/pytorch_gpt2_cuda.py 2>&1 | grep -E "^pytorch_gpt2|Error" | tee -a "$results" || status=1
+  # The torch.compile baseline of issue 25 (a nanoGPT-style model), with its kernel breakdown
+  # beside bench_cuda's (--profile).
+  timeout 420 "$PYTHON" bench/pytorch_nanogpt_compile.py --runs eager,compile_padded --profile 3 2>&1 |
+    grep -E "^pytorch_nanogpt|Error" | tee -a "$results" || status=1
   # ZeRO-Offload of a model plain PyTorch cannot fit on an 80 GB GPU (issue 24): 6.65B
   # parameters (L32 C4096, head size 128), optimizer state in pinned host memory. With clipping
   # and 4 micro-batches of 8 x 1024 tokens per step at stage 1 (gradients accumulate on the GPU

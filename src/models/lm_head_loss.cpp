@@ -25,9 +25,13 @@
 namespace zero::gpt2 {
 namespace {
 
-// Logits per block: 8M elements (32 MB in fp32): 166 rows at V = 50257. The prototype's
-// best row counts were 128 (C = 128) and 256 (C = 384).
+// Logits per block on a CPU: 8M elements (32 MB in fp32): 166 rows at V = 50257. The
+// prototype's best row counts were 128 (C = 128) and 256 (C = 384).
 constexpr int64_t kBlockElements = int64_t{1} << 24;
+// On a GPU the cache argument does not hold and every block is a few kernel launches and a
+// GEMM too thin for the tensor cores: blocks of 128M elements (2670 rows at V = 50257; 256 MB
+// of bf16 logits and 512 MB for their fp32 log-softmax), a few per GPT-2 micro-batch.
+constexpr int64_t kDeviceBlockElements = int64_t{1} << 27;
 
 struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
@@ -38,8 +42,9 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     const bool need_hidden = ctx != nullptr && hidden.requires_grad();
     const bool need_weight = ctx != nullptr && weight.requires_grad();
     const bool gradients = need_hidden || need_weight;
+    const int64_t block_elements = hidden.is_cpu() ? kBlockElements : kDeviceBlockElements;
     const int64_t rows =
-        std::max<int64_t>(1, std::min(n, block_rows > 0 ? block_rows : kBlockElements / vocab));
+        std::max<int64_t>(1, std::min(n, block_rows > 0 ? block_rows : block_elements / vocab));
     const auto compute = hidden.options();
     const auto fp32 = compute.dtype(at::kFloat);
     at::Tensor block = at::empty({rows, vocab}, compute);
