@@ -44,10 +44,12 @@ deps_root="$repo/$BUILD_DIR.deps"  # unpacked here (ignored; only .gpu-deps/*.de
 declare -A debs_of=(
   [mpi]="libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2"
   [json]="nlohmann-json3-dev" [cli11]="libcli11-dev" [gtest]="libgtest-dev"
-  [liburing]="liburing2 liburing-dev" [zlib]="zlib1g-dev" [pkgconfig]="pkgconf pkgconf-bin libpkgconf3")
+  [liburing]="liburing2 liburing-dev" [pcre2]="libpcre2-dev libpcre2-8-0" [zlib]="zlib1g-dev"
+  [pkgconfig]="pkgconf pkgconf-bin libpkgconf3")
 declare -A apt_of=(
   [mpi]="libopenmpi-dev openmpi-bin" [json]="nlohmann-json3-dev" [cli11]="libcli11-dev"
-  [gtest]="libgtest-dev" [liburing]="liburing-dev" [zlib]="zlib1g-dev" [pkgconfig]="pkg-config")
+  [gtest]="libgtest-dev" [liburing]="liburing-dev" [pcre2]="libpcre2-dev" [zlib]="zlib1g-dev"
+  [pkgconfig]="pkg-config")
 have_header() {  # HEADER: found by the C++ compiler's default search (or /usr/local/include)
   echo "#include <$1>" | "${CXX:-c++}" -x c++ -E - >/dev/null 2>&1 || [ -f "/usr/local/include/$1" ]
 }
@@ -60,14 +62,21 @@ have() {  # DEPENDENCY: present on this machine
     cli11) have_header CLI/CLI.hpp ;;
     gtest) have_header gtest/gtest.h ;;
     liburing) command -v pkg-config >/dev/null && pkg-config --exists 'liburing >= 2.0' ;;
+    pcre2) command -v pkg-config >/dev/null && pkg-config --exists 'libpcre2-8 >= 10.34' ;;
     zlib) have_header zlib.h ;;
     pkgconfig) command -v pkg-config >/dev/null ;;
   esac
 }
 missing=()
-for dep in mpi json cli11 gtest liburing zlib pkgconfig; do have "$dep" || missing+=("$dep"); done
-# liburing is found through pkg-config: a packaged liburing brings the packaged pkgconf too.
-[[ " ${missing[*]} " == *" liburing "* && " ${missing[*]} " != *" pkgconfig "* ]] && missing+=(pkgconfig)
+for dep in mpi json cli11 gtest liburing pcre2 zlib pkgconfig; do have "$dep" || missing+=("$dep"); done
+# liburing and PCRE2 are found through pkg-config: when either is packaged, both are, with the
+# packaged pkgconf reading only the unpacked tree's .pc files (PKG_CONFIG_LIBDIR below, whose
+# sysroot would misplace the machine's own .pc paths).
+if [[ " ${missing[*]} " == *" liburing "* || " ${missing[*]} " == *" pcre2 "* ]]; then
+  for dep in liburing pcre2 pkgconfig; do
+    [[ " ${missing[*]} " == *" $dep "* ]] || missing+=("$dep")
+  done
+fi
 if ((${#missing[@]} == 0)); then
   say "dependencies: all installed"
 elif [ "${ZERO_GPU_DEPS:-auto}" != debs ] && [ "${ZERO_GPU_APT:-1}" != 0 ] &&
@@ -100,8 +109,8 @@ else
     ln -sf pkgconf "$deps_root/usr/bin/pkg-config"
     cmake_args+=(-DPKG_CONFIG_EXECUTABLE="$deps_root/usr/bin/pkgconf")
   fi
-  if [[ " ${missing[*]} " == *" liburing "* ]]; then
-    # Only the unpacked liburing.pc is searched, and its /usr paths are read under the tree.
+  if [[ " ${missing[*]} " == *" liburing "* || " ${missing[*]} " == *" pcre2 "* ]]; then
+    # Only the unpacked .pc files are searched, and their /usr paths are read under the tree.
     export PKG_CONFIG_LIBDIR="$lib/pkgconfig"
     export PKG_CONFIG_SYSROOT_DIR="$deps_root"
   fi

@@ -2,3 +2,19 @@
 # data files are found through ZERO_DATA_DIR (the repository's data/).
 zero_add_test(NAME test_data SOURCES test_data.cpp)
 target_compile_definitions(test_data PRIVATE ZERO_DATA_DIR="${PROJECT_SOURCE_DIR}/data")
+# GPT-2's BPE encoder and text -> token files (src/data/bpe_encoder.cpp, text_corpus.cpp).
+zero_add_test(NAME test_encoder SOURCES test_encoder.cpp TIMEOUT 300)
+target_compile_definitions(test_encoder PRIVATE ZERO_DATA_DIR="${PROJECT_SOURCE_DIR}/data")
+# zero-tokenize against tiktoken (from the same local vocabulary files) on the three corpora
+# and on fuzzed UTF-8; skips without the tiktoken package (scripts/setup.sh installs it).
+find_program(ZERO_PYTHON3_FOR_ENCODER NAMES python3)  # the one on PATH, where pip installs
+add_test(NAME encoder_vs_tiktoken
+         COMMAND ${ZERO_PYTHON3_FOR_ENCODER} ${CMAKE_CURRENT_SOURCE_DIR}/data/check_encoder_vs_tiktoken.py
+                 $<TARGET_FILE:zero-tokenize> ${PROJECT_SOURCE_DIR}/data
+                 ${CMAKE_CURRENT_BINARY_DIR}/encoder_vs_tiktoken)
+set_tests_properties(encoder_vs_tiktoken PROPERTIES TIMEOUT 300)
+# zero-tokenize's command line: outputs and bad inputs.
+add_test(NAME zero_tokenize_cli
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/data/check_zero_tokenize.sh $<TARGET_FILE:zero-tokenize>
+                 ${PROJECT_SOURCE_DIR}/data ${CMAKE_CURRENT_BINARY_DIR}/zero_tokenize_cli)
+set_tests_properties(zero_tokenize_cli PROPERTIES TIMEOUT 120)

@@ -172,11 +172,13 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
 // A device model's offloaded optimizer (Note [Offload of a device model], run through its CPU
 // stand-in, ZERO_EMULATE_DEVICE_OFFLOAD) saves what training in memory saves: its checkpoints
 // resume in memory and the other way round, bit for bit, at stages 1-3, with the overlapped
-// step (bf16, no clipping, a schedule) and with the step after backward (fp16 or clipping).
+// step (bf16, no clipping, a schedule: stages 1 and 3) and with the step after backward (fp16
+// or clipping: stage 2). (Each stage and step kind is also run, without a checkpoint, by
+// test_device_offload; three cases keep this test's sanitizer run short.)
 TEST(Checkpoint, DeviceOffloadResumesAcrossPlacementsBitExactly) {
   const ModelSpec spec = tiny_gpt2_spec();
   for (int stage = 1; stage <= 3; ++stage) {
-    for (bool overlapped : {true, false}) {
+    for (bool overlapped : {stage != 2}) {
       SCOPED_TRACE("stage " + std::to_string(stage) + (overlapped ? " overlapped" : " after"));
       RunOptions in_memory = fp16_scheduled(stage);
       if (overlapped) {

@@ -81,6 +81,7 @@
 #include "zero/memory_plan.h"
 #include "zero/shard.h"
 #include "zero/sharded_init.h"
+#include "zero/text_corpus.h"
 #include "zero/tokenizer.h"
 
 namespace {
@@ -92,6 +93,8 @@ struct Options {
   std::string model = "gpt2-tiny";
   std::string data = "data/tokens/moby_dick";
   std::string encoder = "data/gpt2/encoder.json";
+  std::string vocab = "data/gpt2/vocab.bpe";  // with --data text: the BPE merges
+  double val_fraction = 0.05;                 // with --data text: the validation share
   int64_t steps = 100;
   int64_t eval_every = 25;
   int64_t eval_batches = 4;
@@ -244,7 +247,8 @@ struct Inputs {
   std::optional<zero::GPT2Decoder> decoder;
 };
 
-Inputs prepare(const Options& o, int world) {
+// `data`: the token files' prefix (o.data, or where its text was tokenized).
+Inputs prepare(const Options& o, const std::string& data, int world) {
   Inputs in;
   in.config = zero::load_config(o.config_path, world);
   in.model = zero::gpt2::GPT2Config::named(o.model);
@@ -262,8 +266,8 @@ Inputs prepare(const Options& o, int world) {
                " (the first blocks are checkpointed), or null for all");
     in.model.checkpointed_blocks = blocks;
   }
-  in.train = zero::TokenFile::load(o.data + "_train.bin", in.model.vocab_size);
-  in.val = zero::TokenFile::load(o.data + "_val.bin", in.model.vocab_size);
+  in.train = zero::TokenFile::load(data + "_train.bin", in.model.vocab_size);
+  in.val = zero::TokenFile::load(data + "_val.bin", in.model.vocab_size);
   in.decoder = zero::GPT2Decoder::load(o.encoder);
   // Samples decode ids the model draws from its whole vocabulary: a smaller encoder would
   // fail at the first sample, after training.
@@ -367,10 +371,35 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / world));
 
-  Inputs in;
   std::string error;
+  // --data FILE.txt (or a directory of them): tokenized by rank 0 into a cache beside it
+  // (zero/text_corpus.h: a second run with the same text reads only its checksums); the other
+  // ranks then read the token files it wrote, from a path they all see.
+  std::string data = o.data;
+  std::string data_note;
+  if (zero::is_text_data(o.data)) {
+    if (rank == 0) {
+      try {
+        const zero::GPT2Encoder encoder = zero::GPT2Encoder::load(o.encoder, o.vocab);
+        const bool terminal = zero::stdout_is_terminal();
+        zero::prepare_text_data(o.data, encoder, o.val_fraction, cores, &data_note,
+                                [terminal](int64_t done, int64_t total) {
+                                  if (!terminal || total == 0) return;
+                                  std::printf("\rzero-train: tokenizing %5.1f%% of %.1f MB",
+                                              100.0 * done / total, total / 1e6);
+                                  std::fflush(stdout);
+                                });
+        if (terminal) std::printf("\n");
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    if (!ranks_agree_ok(*comm, error)) return 2;
+    data = zero::text_data_prefix(o.data);
+  }
+  Inputs in;
   try {
-    in = prepare(o, world);
+    in = prepare(o, data, world);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -618,13 +647,14 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       head << "zero-train: " << o.model << " (" << engine->num_parameters() / 1e6
            << "M parameters), ZeRO stage " << config.zero_optimization.stage << ", " << world
            << " rank(s), micro-batch " << mbs << " x " << seq << " tokens, accumulation " << gas
-           << ", global batch " << config.train_batch_size << " sequences; data " << o.data
+           << ", global batch " << config.train_batch_size << " sequences; data " << data
            << "_{train,val}.bin (" << in.train->size() << " / " << in.val->size() << " tokens)";
       if (in.model.checkpointed_blocks > 0) {
         head << "; activation checkpointing: " << in.model.checkpointed_blocks << " of "
              << in.model.n_layer << " blocks recomputed in backward";
       }
       progress.message(head.str());
+      if (!data_note.empty()) progress.message(data_note);
       progress.message(estimate);
       if (!from.note.empty()) progress.message(from.note);
       if (!from.dir.empty()) {
@@ -935,7 +965,16 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "model preset: gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, "
                  "gpt2-large, gpt2-xl; or a shape L<layers>-C<width>[-H<heads>][-T<context>], "
                  "e.g. L32-C4096-H32")->capture_default_str();
-  app.add_option("--data", o.data, "token files PREFIX_train.bin and PREFIX_val.bin")
+  app.add_option("--data", o.data,
+                 "token files PREFIX_train.bin and PREFIX_val.bin; or text: a .txt file or a "
+                 "directory of them, tokenized (once: cached in DATA.zero-tokens/) with the last "
+                 "--val-fraction of the tokens for validation")
+      ->capture_default_str();
+  app.add_option("--val-fraction", o.val_fraction,
+                 "with text --data: the share of the tokens (the last ones) for validation")
+      ->check(CLI::Range(0.001, 0.5))
+      ->capture_default_str();
+  app.add_option("--vocab", o.vocab, "with text --data: GPT-2 vocab.bpe (the BPE merges)")
       ->capture_default_str();
   app.add_option("--encoder", o.encoder, "GPT-2 encoder.json for decoding samples")
       ->capture_default_str();

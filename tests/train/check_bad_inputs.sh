@@ -86,6 +86,12 @@ check activations_do_not_fit "of memory for the training step's peak" "activatio
   -- --config "$work/big_batch.json" --model gpt2-large --seq-len 160
 check save_every_not_a_number "--save-every" "'often'" -- --config "$good_config" --save-every often
 check device_unknown "--device" "tpu" -- --config "$good_config" --device tpu
+# Text --data (zero/text_corpus.h): a file that is not UTF-8, or binary, is named with the byte
+# offset before anything is tokenized or trained.
+printf 'caf\xe9 au lait, and more words after it\n' > "$work/latin1.txt"
+check text_not_utf8 "$work/latin1.txt" "not valid UTF-8 at byte offset 3" -- --config "$good_config" --data "$work/latin1.txt"
+printf 'text\0binary' > "$work/binary.txt"
+check text_binary "$work/binary.txt" "binary file" "byte offset 4" -- --config "$good_config" --data "$work/binary.txt"
 # --device cuda where there is no GPU (this suite's machines): one message on every rank's
 # behalf, whether zero was built with CUDA (no device) or without (no libzero_cuda).
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then

@@ -1,0 +1,334 @@
+// GPT2Encoder (include/zero/tokenizer.h): GPT-2's byte-level BPE, exactly as tiktoken computes
+// it. The pre-tokenization regex runs in PCRE2 (Debian's libpcre2, JIT-compiled): a real regex
+// engine with Unicode properties, not hand-written matching, so \p{L}, \p{N} and \s mean what
+// they mean to tiktoken's regex crate.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "common/bounded_input.h"
+#include "data/utf8.h"
+#include "zero/error.h"
+#include "zero/tokenizer.h"
+
+namespace zero {
+namespace {
+
+// tiktoken's r50k_base / gpt2 pattern (GPT-2's own, its contractions folded into one group).
+constexpr const char* kPattern =
+    R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+constexpr uint32_t kNoRank = std::numeric_limits<uint32_t>::max();
+
+// A piece's ids are cached per encode call for pieces that are not one token (they need the
+// merge loop); natural text repeats its rare words. Bounded: cleared when full.
+constexpr size_t kCacheEntries = 1 << 16;
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  pcre2_get_error_message(code, buffer, sizeof(buffer));
+  return reinterpret_cast<const char*>(buffer);
+}
+
+}  // namespace
+
+struct GPT2Encoder::Impl {
+  GPT2Decoder decoder;
+  // Token bytes -> id (= merge rank), over the decoder's strings.
+  std::unordered_map<std::string_view, uint32_t> ids;
+  pcre2_code* code = nullptr;
+
+  ~Impl() { pcre2_code_free(code); }
+
+  uint32_t rank(std::string_view bytes) const {
+    const auto it = ids.find(bytes);
+    return it == ids.end() ? kNoRank : it->second;
+  }
+
+  // tiktoken's _byte_pair_merge, step for step: the boundaries of `piece` and the rank of the
+  // pair starting at each; the lowest-ranked pair (leftmost on a tie) is merged until none is
+  // a token.
+  void merge(std::string_view piece, std::vector<int32_t>& out) const {
+    struct Part {
+      size_t start;
+      uint32_t rank;
+    };
+    std::vector<Part> parts;
+    parts.reserve(piece.size() + 1);
+    uint32_t min_rank = kNoRank;
+    size_t min_at = 0;
+    for (size_t i = 0; i + 1 < piece.size(); ++i) {
+      const uint32_t r = rank(piece.substr(i, 2));
+      if (r < min_rank) {
+        min_rank = r;
+        min_at = i;
+      }
+      parts.push_back({i, r});
+    }
+    parts.push_back({piece.size() - 1, kNoRank});
+    parts.push_back({piece.size(), kNoRank});
+    const auto rank_at = [&](size_t i) {
+      if (i + 3 < parts.size()) {
+        return rank(piece.substr(parts[i].start, parts[i + 3].start - parts[i].start));
+      }
+      return kNoRank;
+    };
+    while (min_rank != kNoRank) {
+      const size_t i = min_at;
+      if (i > 0) parts[i - 1].rank = rank_at(i - 1);
+      parts[i].rank = rank_at(i);
+      parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      min_rank = kNoRank;
+      for (size_t k = 0; k + 1 < parts.size(); ++k) {
+        if (parts[k].rank < min_rank) {
+          min_rank = parts[k].rank;
+          min_at = k;
+        }
+      }
+    }
+    for (size_t k = 0; k + 1 < parts.size(); ++k) {
+      const uint32_t id = rank(piece.substr(parts[k].start, parts[k + 1].start - parts[k].start));
+      ZERO_INTERNAL_ASSERT(id != kNoRank, "BPE left a part that is no token");
+      out.push_back(static_cast<int32_t>(id));
+    }
+  }
+
+  // The ids of valid UTF-8 `text`, appended to `out`.
+  void encode_valid(std::string_view text, std::vector<int32_t>& out) const {
+    pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
+    ZERO_CHECK(data != nullptr, "GPT2Encoder: out of memory for PCRE2 match data");
+    std::unordered_map<std::string_view, std::vector<int32_t>> cache;
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t offset = 0;
+    while (offset < text.size()) {
+      // No UTF check: the caller validated the text (a check per match would be quadratic).
+      const int rc = pcre2_jit_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK, data,
+                                     nullptr);
+      if (rc < 0) {
+        pcre2_match_data_free(data);
+        ZERO_INTERNAL_ASSERT(false, "GPT-2 pre-tokenization failed at byte ", offset, ": ",
+                             pcre2_message(rc));
+      }
+      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
+      const size_t begin = ovector[0], end = ovector[1];
+      ZERO_INTERNAL_ASSERT(begin == offset && end > begin, "GPT-2 pre-tokenization skipped [",
+                           offset, ", ", begin, ")");
+      const std::string_view piece = text.substr(begin, end - begin);
+      const uint32_t whole = rank(piece);
+      if (whole != kNoRank) {
+        out.push_back(static_cast<int32_t>(whole));
+      } else {
+        auto it = cache.find(piece);
+        if (it == cache.end()) {
+          if (cache.size() >= kCacheEntries) cache.clear();
+          std::vector<int32_t> merged;
+          merge(piece, merged);
+          it = cache.emplace(piece, std::move(merged)).first;
+        }
+        out.insert(out.end(), it->second.begin(), it->second.end());
+      }
+      offset = end;
+    }
+    pcre2_match_data_free(data);
+  }
+};
+
+GPT2Encoder::GPT2Encoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GPT2Encoder::GPT2Encoder(GPT2Encoder&&) noexcept = default;
+GPT2Encoder& GPT2Encoder::operator=(GPT2Encoder&&) noexcept = default;
+GPT2Encoder::~GPT2Encoder() = default;
+
+int64_t GPT2Encoder::vocab_size() const { return impl_->decoder.vocab_size(); }
+const GPT2Decoder& GPT2Encoder::decoder() const { return impl_->decoder; }
+
+GPT2Encoder GPT2Encoder::load(const std::string& encoder_json_path,
+                              const std::string& vocab_bpe_path) {
+  auto impl = std::make_unique<Impl>();
+  impl->decoder = GPT2Decoder::load(encoder_json_path);
+  const GPT2Decoder& decoder = impl->decoder;
+  const int64_t n = decoder.vocab_size();
+  // GPT-2's layout: ids 0..255 are the single bytes (in bytes_to_unicode order), then one id
+  // per merge, in vocab.bpe's order; the last id may be a special token (<|endoftext|>).
+  ZERO_CHECK(n >= 256, "GPT-2 encoder '", encoder_json_path, "': ", n,
+             " tokens, fewer than the 256 single bytes");
+  const auto& byte_to_unicode = gpt2_byte_to_unicode();
+  std::vector<uint32_t> order(256);
+  for (int b = 0; b < 256; ++b) order[b] = static_cast<uint32_t>(b);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return byte_to_unicode[a] < byte_to_unicode[b]; });
+  for (int64_t id = 0; id < 256; ++id) {
+    const std::string& bytes = decoder.token_bytes(id);
+    ZERO_CHECK(bytes.size() == 1 && static_cast<unsigned char>(bytes[0]) == order[id],
+               "GPT-2 encoder '", encoder_json_path, "': id ", id,
+               " should be the single byte ", order[id], " (GPT-2's byte order)");
+  }
+  for (int64_t id = 0; id < n; ++id) {
+    const std::string& bytes = decoder.token_bytes(id);
+    ZERO_CHECK(impl->ids.emplace(std::string_view(bytes), static_cast<uint32_t>(id)).second,
+               "GPT-2 encoder '", encoder_json_path, "': id ", id,
+               " has the same bytes as an earlier token");
+  }
+  // vocab.bpe: "#version" then "A B" per line; merge i must make token 256 + i.
+  const std::string text = read_regular_file(vocab_bpe_path, "GPT-2 vocab.bpe", kMaxEncoderBytes);
+  std::unordered_map<uint32_t, char> unicode_to_byte;
+  for (int b = 0; b < 256; ++b) unicode_to_byte[byte_to_unicode[b]] = static_cast<char>(b);
+  const auto to_bytes = [&](std::string_view symbols, int64_t line) {
+    std::string bytes;
+    size_t at = 0;
+    while (at < symbols.size()) {
+      const size_t length = utf8::sequence_length(symbols, at);
+      ZERO_CHECK(length > 0, "GPT-2 vocab.bpe '", vocab_bpe_path, "' line ", line,
+                 ": not valid UTF-8");
+      uint32_t cp = static_cast<unsigned char>(symbols[at]) & (length == 1 ? 0x7F : 0x3F >> (length - 1));
+      for (size_t k = 1; k < length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(symbols[at + k]) & 0x3F);
+      const auto it = unicode_to_byte.find(cp);
+      ZERO_CHECK(it != unicode_to_byte.end(), "GPT-2 vocab.bpe '", vocab_bpe_path, "' line ",
+                 line, ": a symbol outside GPT-2's byte-to-unicode table");
+      bytes.push_back(it->second);
+      at += length;
+    }
+    return bytes;
+  };
+  int64_t line = 0, merges = 0;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string_view row(text.data() + begin, end - begin);
+    begin = end + 1;
+    ++line;
+    if (!row.empty() && row.back() == '\r') row.remove_suffix(1);
+    if (row.empty() || (line == 1 && row.rfind("#version", 0) == 0)) continue;
+    const size_t space = row.find(' ');
+    ZERO_CHECK(space != std::string_view::npos && space > 0 && space + 1 < row.size() &&
+                   row.find(' ', space + 1) == std::string_view::npos,
+               "GPT-2 vocab.bpe '", vocab_bpe_path, "' line ", line,
+               ": expected two symbols separated by one space");
+    const std::string merged =
+        to_bytes(row.substr(0, space), line) + to_bytes(row.substr(space + 1), line);
+    const uint32_t id = impl->rank(merged);
+    ZERO_CHECK(id == static_cast<uint32_t>(256 + merges), "GPT-2 vocab.bpe '", vocab_bpe_path,
+               "' line ", line, ": merge ", merges, " should make token ", 256 + merges,
+               " of '", encoder_json_path, "', but ",
+               id == kNoRank ? std::string("its result is no token")
+                             : "it makes token " + std::to_string(id));
+    ++merges;
+  }
+  ZERO_CHECK(256 + merges == n || 256 + merges + 1 == n, "GPT-2 vocab.bpe '", vocab_bpe_path,
+             "' has ", merges, " merges for the ", n, " tokens of '", encoder_json_path,
+             "' (expected ", n - 256, ", or one fewer with a special token last)");
+
+  int error = 0;
+  PCRE2_SIZE error_at = 0;
+  impl->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
+                             PCRE2_UTF | PCRE2_UCP, &error, &error_at, nullptr);
+  ZERO_INTERNAL_ASSERT(impl->code != nullptr, "GPT-2 pattern does not compile: ",
+                       pcre2_message(error));
+  const int jit = pcre2_jit_compile(impl->code, PCRE2_JIT_COMPLETE);
+  // Without JIT (a PCRE2 built without it) pcre2_jit_match is unavailable: say so rather
+  // than run 10x slower unnoticed.
+  ZERO_CHECK(jit == 0, "GPT2Encoder: this PCRE2 cannot JIT-compile the pre-tokenization pattern (",
+             pcre2_message(jit), "); zero needs a PCRE2 built with JIT (Debian's is)");
+  return GPT2Encoder(std::move(impl));
+}
+
+std::vector<int32_t> GPT2Encoder::encode(std::string_view text, const std::string& what) const {
+  const int64_t bad = utf8::first_invalid(text);
+  ZERO_CHECK(bad < 0, what, " is not valid UTF-8 at byte offset ", bad);
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 4 + 16);
+  impl_->encode_valid(text, out);
+  return out;
+}
+
+std::vector<int32_t> GPT2Encoder::encode_lossy(std::string_view bytes) const {
+  if (utf8::first_invalid(bytes) < 0) return encode(bytes);
+  const std::string replaced = utf8::replace_invalid(bytes);
+  std::vector<int32_t> out;
+  impl_->encode_valid(replaced, out);
+  return out;
+}
+
+namespace {
+
+// Cut points at a space between two non-space ASCII characters, near `pieces` even shares of
+// the text: there the pre-tokenization starts a new piece whatever came before (no piece spans
+// a space but as its first character, and the space begins " ?X" for the character after).
+std::vector<size_t> cut_points(std::string_view text, size_t pieces) {
+  std::vector<size_t> cuts = {0};
+  const auto plain = [&](size_t i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    return c < 0x80 && !std::isspace(c);
+  };
+  for (size_t k = 1; k < pieces; ++k) {
+    size_t at = std::max(cuts.back() + 1, text.size() * k / pieces);
+    while (at + 1 < text.size() && !(text[at] == ' ' && plain(at - 1) && plain(at + 1))) ++at;
+    if (at + 1 >= text.size()) break;
+    cuts.push_back(at);
+  }
+  cuts.push_back(text.size());
+  return cuts;
+}
+
+}  // namespace
+
+std::vector<int32_t> GPT2Encoder::encode_parallel(
+    std::string_view text, int threads, const std::string& what,
+    const std::function<void(int64_t)>& progress) const {
+  const int64_t bad = utf8::first_invalid(text);
+  ZERO_CHECK(bad < 0, what, " is not valid UTF-8 at byte offset ", bad);
+  // Several chunks per thread, taken in turn, so an uneven chunk does not leave threads idle;
+  // chunks of at least 1 MiB so the threads' start costs nothing.
+  const size_t workers = static_cast<size_t>(std::max(1, threads));
+  const size_t pieces = std::max<size_t>(1, std::min(workers * 8, text.size() >> 20));
+  const std::vector<size_t> cuts = cut_points(text, pieces);
+  const size_t chunks = cuts.size() - 1;
+  std::vector<std::vector<int32_t>> results(chunks);
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto work = [&] {
+    for (size_t c = next++; c < chunks; c = next++) {
+      try {
+        const std::string_view chunk = text.substr(cuts[c], cuts[c + 1] - cuts[c]);
+        results[c].reserve(chunk.size() / 4 + 16);
+        impl_->encode_valid(chunk, results[c]);
+        done += static_cast<int64_t>(chunk.size());
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < std::min(workers, chunks); ++t) pool.emplace_back(work);
+  if (progress && !pool.empty()) {
+    // This thread reports while the others work, then joins the work itself.
+    while (next.load() < chunks) {
+      progress(done.load());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  work();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  if (progress) progress(static_cast<int64_t>(text.size()));
+  size_t total = 0;
+  for (const auto& r : results) total += r.size();
+  std::vector<int32_t> out;
+  out.reserve(total);
+  for (const auto& r : results) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
+}  // namespace zero

@@ -1,0 +1,26 @@
+// UTF-8 well-formedness (Unicode 15, Table 3-7), for the BPE encoder's input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "zero/export.h"
+
+namespace zero::utf8 {
+
+/// The length of the well-formed sequence at text[at], or 0 when the bytes there do not start
+/// one (a stray continuation byte, an overlong or surrogate form, a code point above U+10FFFF,
+/// or a sequence cut short); then `*maximal_subpart` (if given) is how many bytes form the
+/// longest prefix of a well-formed sequence (at least 1), the unit Unicode's "substitution of
+/// maximal subparts" replaces, as Python's bytes.decode("utf-8", "replace") does.
+ZERO_INTERNAL_API size_t sequence_length(std::string_view text, size_t at,
+                                         size_t* maximal_subpart = nullptr);
+
+/// The byte offset of the first ill-formed sequence in `text`, or -1 when it is all valid.
+ZERO_INTERNAL_API int64_t first_invalid(std::string_view text);
+
+/// `text` with every maximal subpart of an ill-formed sequence replaced by U+FFFD (EF BF BD).
+ZERO_INTERNAL_API std::string replace_invalid(std::string_view text);
+
+}  // namespace zero::utf8
