@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what zero needs and is missing, then configures the build directory. Idempotent:
 # a second run installs nothing and only re-runs cmake's configure step if needed.
-#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, liburing, PCRE2, fio,
+#   Debian packages: compiler, CMake, Ninja, OpenMPI, nlohmann-json, CLI11, zlib, liburing, PCRE2,
+#   protobuf (TensorBoard event files), fio,
 #   GoogleTest,
 #   and clang with its sanitizer and fuzzer runtimes (scripts/sanitize.sh).
 #   PyPI: torch (pinned below), whose wheel carries libtorch and its CMake config; the
@@ -16,7 +17,8 @@ PYTHON="${PYTHON:-python3}"
 # clang, its sanitizer and libFuzzer runtimes and llvm-symbolizer: scripts/sanitize.sh.
 # liburing-dev: NVMe offload's swap-file I/O; fio: the disk benchmark (bench/disk_limit.sh).
 apt_packages=(g++ cmake ninja-build pkg-config libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
-              zlib1g-dev liburing-dev libpcre2-dev fio libgtest-dev clang libclang-rt-dev llvm)
+              zlib1g-dev liburing-dev libpcre2-dev libprotobuf-dev protobuf-compiler fio libgtest-dev
+              clang libclang-rt-dev llvm)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -57,6 +59,14 @@ if ! "$PYTHON" -c 'import tiktoken' 2>/dev/null; then
   echo "setup: installing tiktoken==$TIKTOKEN_VERSION from PyPI (encoder test)"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "tiktoken==$TIKTOKEN_VERSION" ||
     echo "setup: tiktoken not installed; the encoder's comparison test will be skipped"
+fi
+# tensorboard, only for the test that reads zero's event files with its reader
+# (tests/train/check_tensorboard.py); skipped without it.
+TENSORBOARD_VERSION=2.20.0
+if ! "$PYTHON" -c 'import tensorboard' 2>/dev/null; then
+  echo "setup: installing tensorboard==$TENSORBOARD_VERSION from PyPI (event file test)"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION" ||
+    echo "setup: tensorboard not installed; its event file test will be skipped"
 fi
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
 

@@ -271,6 +271,7 @@ TEST(Config, EffectiveJson) {
             R"("optimizer":{"params":{"adam_w_mode":true,"betas":[0.9,0.999],)"
             R"("bias_correction":true,"eps":1e-08,"lr":0.001,"weight_decay":0.0},"type":"AdamW"},)"
             R"("scheduler":null,"seed":1234,"steps_per_print":null,)"
+            R"("tensorboard":{"enabled":false,"job_name":"DeepSpeedJobName","output_path":""},)"
             R"("train_batch_size":8,"train_micro_batch_size_per_gpu":4,)"
             R"("wall_clock_breakdown":false,)"
             R"("zero_optimization":{"allgather_bucket_size":500000000,"allgather_partitions":true,)"
@@ -433,8 +434,8 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"unknown key 'stage'", "did you mean 'zero_optimization.stage'?"}},
       {"offload at the top level", with(R"("offload_optimizer": {"device": "none"})"), 1,
        {"unknown key 'offload_optimizer'", "did you mean 'zero_optimization.offload_optimizer'?"}},
-      {"disabled section not an object", with(R"("tensorboard": true)"), 1,
-       {"tensorboard = true is invalid", "{\"enabled\": false}"}},
+      {"disabled section not an object", with(R"("wandb": true)"), 1,
+       {"wandb = true is invalid", "{\"enabled\": false}"}},
       {"docs-only grad_hooks", with(R"("zero_optimization": {"grad_hooks": true})"), 1,
        {"unknown key 'zero_optimization.grad_hooks'"}},
       {"optimizer params typo",
@@ -618,8 +619,11 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"prescale_gradients = true is not supported yet", "reduce_scatter"}},
       {"gradient_predivide_factor", with(R"("gradient_predivide_factor": 2.0)"), 1,
        {"gradient_predivide_factor = 2.0 is not supported yet"}},
-      {"tensorboard enabled", with(R"("tensorboard": {"enabled": true, "output_path": "x"})"), 1,
-       {"tensorboard.enabled = true is not supported yet"}},
+      {"wandb enabled", with(R"("wandb": {"enabled": true, "project": "x"})"), 1,
+       {"wandb.enabled = true is not supported", "no network", "tensorboard"}},
+      {"tensorboard not an object", with(R"("tensorboard": true)"), 1, {"tensorboard", "true"}},
+      {"tensorboard unknown key", with(R"("tensorboard": {"enabled": true, "path": "x"})"), 1,
+       {"unknown key 'tensorboard.path'"}},
       {"section without enabled", with(R"("wandb": {"project": "p"})"), 1,
        {"wandb = {\"project\":\"p\"} is not supported yet", "\"enabled\": false"}},
       {"amp enabled", with(R"("amp": {"enabled": true})"), 1,

@@ -283,6 +283,26 @@ TEST(BufferPool, GradientBuffersAreZeroedViewsReturnedOnRelease) {
   EXPECT_EQ(group.grad_buffer.abs().sum().item<float>(), 0.0f);
 }
 
+// A far larger cached buffer is not lent to a small request: it stays for its own, which
+// would otherwise allocate a second one of its size (stage 3's embedding gradients).
+TEST(BufferPool, AFarLargerBufferIsKeptForItsOwnRequests) {
+  BufferPool pool;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  const int64_t big = 4 * BufferPool::kReuseSlack;
+  at::Tensor large = pool.acquire(big, f32);
+  const void* large_data = large.data_ptr();
+  pool.put(std::move(large));
+  at::Tensor small = pool.acquire(1000, f32);  // not the big one: a new small one
+  EXPECT_NE(small.data_ptr(), large_data);
+  EXPECT_EQ(small.numel(), 1000);
+  at::Tensor again = pool.acquire(big, f32);  // the big one, while the small one is lent
+  EXPECT_EQ(again.data_ptr(), large_data);
+  pool.put(std::move(small));
+  pool.put(std::move(again));
+  // Half a big buffer's worth is close enough to take it.
+  EXPECT_EQ(pool.acquire(big / 2 + 1, f32).data_ptr(), large_data);
+}
+
 // Buffers come back from the communicator's progress thread while the engine acquires.
 TEST(BufferPool, ConcurrentAcquireAndPutKeepEveryBuffer) {
   BufferPool pool;

@@ -101,6 +101,36 @@ TEST(GPT2, ParameterNamesAndShapesMatchHF) {
   EXPECT_EQ(model->num_parameters(), count_from_shapes(c));
 }
 
+// The KV cache (forward_cached): a prompt prefilled, then one token at a time, then a chunk of
+// three after a cached past (the masked path) give forward()'s logits of the whole sequence.
+TEST(GPT2, CachedForwardGivesTheLogitsOfTheWholeSequence) {
+  GPT2Config c = GPT2Config::named("L2-C64-H4-T32");
+  c.vocab_size = 97;
+  torch::manual_seed(5);
+  GPT2 model(c);
+  model->eval();
+  at::NoGradGuard no_grad;
+  const at::Tensor ids = at::randint(0, 97, {2, 20}, at::kLong);
+  const at::Tensor whole = model->forward(ids);
+  KVCache cache;
+  std::vector<at::Tensor> pieces = {model->forward_cached(ids.narrow(1, 0, 8), cache)};
+  for (int64_t t = 8; t < 17; ++t) pieces.push_back(model->forward_cached(ids.narrow(1, t, 1), cache));
+  pieces.push_back(model->forward_cached(ids.narrow(1, 17, 3), cache));
+  EXPECT_EQ(cache.length(), 20);
+  const at::Tensor cached = at::cat(pieces, 1);
+  EXPECT_TRUE(at::allclose(cached, whole, 1e-5, 1e-5))
+      << (cached - whole).abs().max().item<double>();
+  // Past the context: refused with what to do.
+  KVCache full;
+  (void)model->forward_cached(at::zeros({1, 32}, at::kLong), full);
+  try {
+    (void)model->forward_cached(at::zeros({1, 1}, at::kLong), full);
+    ADD_FAILURE() << "a token past the context was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceed n_positions"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GPT2, NamedShapes) {
   // Presets by name are the presets.
   EXPECT_EQ(GPT2Config::named("gpt2-xl").num_parameters(), 1557611200);

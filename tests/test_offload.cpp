@@ -384,7 +384,9 @@ TEST(ParamStore, KeepsEveryValueThroughSlotsPassesAndLeases) {
   AsyncIo io(AioConfig{});
   const std::vector<int64_t> sizes = {100, 3000, 0, 1, 4097, 2500, 64};
   const std::vector<bool> in_memory = {true, false, false, true, false, false, false};
-  for (auto [buffers, dtype] : {std::pair{2, at::kBFloat16}, {4, at::kBFloat16}, {2, at::kFloat}}) {
+  for (const auto& [buffers, dtype_of_case] :
+       {std::pair{2, at::kBFloat16}, {4, at::kBFloat16}, {2, at::kFloat}}) {
+    const at::ScalarType dtype = dtype_of_case;  // lambdas below capture it (clang 14: no bindings)
     SCOPED_TRACE(std::to_string(buffers) + " slots, " + std::string(c10::toString(dtype)));
     OffloadConfig offload;
     offload.device = OffloadDevice::kNvme;

@@ -168,6 +168,15 @@ if(TARGET zero-train)
     set_tests_properties(zero_ckpt_export_from_pretrained PROPERTIES TIMEOUT 600
                          SKIP_RETURN_CODE 77)
   endif()
+  # The tensorboard section's event files, read back with the tensorboard package (skipped,
+  # exit 77, without it).
+  if(ZERO_PYTHON3)
+    add_test(NAME zero_train_tensorboard
+             COMMAND ${ZERO_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/train/check_tensorboard.py
+                     ${ZERO_RUN_SCRIPT} $<TARGET_FILE:zero-train>
+                     ${CMAKE_CURRENT_BINARY_DIR}/train/tensorboard)
+    set_tests_properties(zero_train_tensorboard PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+  endif()
   # The DeepSpeed example and the resume tests train in fp16, and libtorch 1.x (Debian's
   # libtorch-dev) has no fp16 CPU kernels for LayerNorm or matmul: reported as disabled there
   # rather than failing.

@@ -77,6 +77,7 @@
 #include "zero/files.h"
 #include "zero/gemm_rates.h"
 #include "zero/gpt2.h"
+#include "zero/gpt2_pretrained.h"
 #include "zero/memory.h"
 #include "zero/memory_plan.h"
 #include "zero/shard.h"
@@ -91,6 +92,8 @@ using zero::train::StepRecord;
 struct Options {
   std::string config_path;
   std::string model = "gpt2-tiny";
+  bool model_given = false;  // --model on the command line (else --init's config.json decides)
+  std::string init;          // a Hugging Face GPT-2 directory to start from
   std::string data = "data/tokens/moby_dick";
   std::string encoder = "data/gpt2/encoder.json";
   std::string vocab = "data/gpt2/vocab.bpe";  // with --data text: the BPE merges
@@ -252,6 +255,20 @@ Inputs prepare(const Options& o, const std::string& data, int world) {
   Inputs in;
   in.config = zero::load_config(o.config_path, world);
   in.model = zero::gpt2::GPT2Config::named(o.model);
+  if (!o.init.empty()) {
+    // The shape is --init's config.json's; a --model given too must be that shape.
+    const zero::gpt2::GPT2Config pretrained = zero::gpt2::hf_config_from_dir(o.init);
+    ZERO_CHECK(!o.model_given || (pretrained.n_layer == in.model.n_layer &&
+                                  pretrained.n_embd == in.model.n_embd &&
+                                  pretrained.n_head == in.model.n_head &&
+                                  pretrained.vocab_size == in.model.vocab_size),
+               "--model ", o.model, " (", in.model.n_layer, " layers, width ", in.model.n_embd,
+               ", ", in.model.n_head, " heads) is not the shape of --init ", o.init, " (",
+               pretrained.n_layer, " layers, width ", pretrained.n_embd, ", ", pretrained.n_head,
+               " heads, vocabulary ", pretrained.vocab_size, "); leave --model out to train "
+               "that shape");
+    in.model = pretrained;
+  }
   in.model.dropout = o.dropout;
   // Activation checkpointing of the GPT-2 blocks: with --activation-checkpointing all of them
   // (or number_checkpoints), or the config's number_checkpoints first ones. A section that only
@@ -552,6 +569,17 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     }
     auto engine = zero::initialize(model, config, engine_comm);
     const int stage = config.zero_optimization.stage;
+    // --init: the Hugging Face weights, a block at a time (zero/gpt2_pretrained.h); a resumed
+    // run's checkpoint holds the weights it continues from instead.
+    std::string init_note;
+    if (!o.init.empty() && from.dir.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      zero::gpt2::load_hf_weights(*engine, *model, o.init, *comm);
+      char line[64];
+      std::snprintf(line, sizeof(line), " (%.1f s)",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      init_note = "starting from the weights of " + o.init + line;
+    }
     // Before training: every rank can write the checkpoint directory, with room for a
     // checkpoint (a failure is a CollectiveError on every rank, caught below: exit 2).
     if (o.save_every > 0) engine->check_checkpoint_destination(checkpoint_dir(o));
@@ -655,6 +683,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       }
       progress.message(head.str());
       if (!data_note.empty()) progress.message(data_note);
+      if (!init_note.empty()) progress.message(init_note);
       progress.message(estimate);
       if (!from.note.empty()) progress.message(from.note);
       if (!from.dir.empty()) {
@@ -728,6 +757,14 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
         r.val_loss = last_val = evaluate(*model, *val_batches, *comm, device);
       }
+      // Beside the engine's own events (loss, lr, grad norm) in the config's monitors.
+      std::vector<zero::MonitorEvent> events = {
+          {"Train/Samples/tokens_per_second", r.tokens_per_second,
+           r.step * config.train_batch_size}};
+      if (r.val_loss >= 0) {
+        events.push_back({"Train/Samples/val_loss", r.val_loss, r.step * config.train_batch_size});
+      }
+      engine->write_monitor_events(events);
       std::optional<std::string> sampled;
       if (o.sample_every > 0 && (step + 1) % o.sample_every == 0 && !last) {
         sampled = sample(config.seed + step);
@@ -965,6 +1002,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "model preset: gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, "
                  "gpt2-large, gpt2-xl; or a shape L<layers>-C<width>[-H<heads>][-T<context>], "
                  "e.g. L32-C4096-H32")->capture_default_str();
+  app.add_option("--init", o.init,
+                 "start from a Hugging Face GPT-2 directory (config.json and model.safetensors, "
+                 "or a sharded model.safetensors.index.json): its shape and weights")
+      ->check(non_empty());
   app.add_option("--data", o.data,
                  "token files PREFIX_train.bin and PREFIX_val.bin; or text: a .txt file or a "
                  "directory of them, tokenized (once: cached in DATA.zero-tokens/) with the last "
@@ -1047,6 +1088,7 @@ int main(int argc, char** argv) {
   // Every rank parses the same command line; only rank 0 prints usage or the parse error.
   try {
     app.parse(argc, argv);
+    o.model_given = app.count("--model") > 0;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) {  // --help
       if (comm->rank() == 0) return app.exit(e);

@@ -189,6 +189,17 @@ struct ZERO_API CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+/// The `tensorboard` section (DeepSpeed's TensorBoardConfig): when enabled, rank 0 writes
+/// TensorBoard event files into output_path/job_name/ (output_path "": ./runs, a zero choice:
+/// DeepSpeed writes under the home directory) with the same events as csv_monitor
+/// (Train/Samples/train_loss, .../lr, .../loss_scale with fp16) plus Train/Samples/grad_norm,
+/// and what the program adds (Engine::write_monitor_events). Needs zero built with protobuf.
+struct ZERO_API TensorBoardConfig {
+  bool enabled = false;
+  std::string output_path;                  // "" = ./runs
+  std::string job_name = "DeepSpeedJobName";
+};
+
 /// A whole configuration. parse_config / load_config make one from DeepSpeed JSON; one built in
 /// code starts from these defaults (the parser's: every default is written here once), a valid
 /// fp32 stage-0 config at world size 1, and zero::initialize checks it with validate_config.
@@ -232,6 +243,7 @@ struct ZERO_API Config {
   /// Random seed (a zero extension, not a DeepSpeed key): integer >= 0, default 1234.
   uint64_t seed = 1234;
   CsvMonitorConfig csv_monitor;
+  TensorBoardConfig tensorboard;
 
   /// The effective configuration as canonical JSON (every key, defaults filled in, sorted).
   /// Ranks compare its fingerprint at start-up.

@@ -34,6 +34,15 @@ class Module;
 namespace zero {
 
 /// Model-state bytes held by this rank, by category (the ZeRO paper's accounting).
+/// An event for the config's monitors (csv_monitor, tensorboard), as DeepSpeed's
+/// engine.monitor.write_events takes them: a name like "Train/Samples/val_loss", its value, and
+/// the x axis in samples.
+struct ZERO_API MonitorEvent {
+  std::string name;
+  double value = 0.0;
+  int64_t samples = 0;
+};
+
 struct ZERO_API ModelStateBytes {
   int64_t params = 0;           // trainable parameters, param dtype: full (stages 0-2) or the
                                 // owned shard plus the persistent ones (stage 3)
@@ -120,6 +129,11 @@ class ZERO_API Engine {
   virtual int world_size() const = 0;
   /// Total trainable parameter elements (shared parameters counted once), without padding.
   virtual int64_t num_parameters() const = 0;
+
+  /// Adds `events` to every monitor the config enables (csv_monitor: a CSV file per event
+  /// name; tensorboard: scalars), on rank 0; nothing elsewhere or when none is enabled. The
+  /// engine writes the training loss, learning rate, loss scale (fp16) and grad norm itself.
+  virtual void write_monitor_events(const std::vector<MonitorEvent>& events) = 0;
 };
 
 /// Builds the engine. Collective: every rank must call it with the same model structure and

@@ -79,10 +79,27 @@ class ZERO_API Conv1DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Conv1D);
 
+/// The keys and values of the positions a model has seen, per block ([B, n_head, T, head size]
+/// each): what incremental decoding reuses, so that each new token costs one position's
+/// attention and MLP instead of the whole context's (GPT2Impl::forward_cached).
+struct ZERO_API KVCache {
+  std::vector<at::Tensor> keys;
+  std::vector<at::Tensor> values;
+  /// Positions held (0 when empty).
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  void clear() {
+    keys.clear();
+    values.clear();
+  }
+};
+
 class ZERO_API AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const GPT2Config& config);
   at::Tensor forward(const at::Tensor& x);  // causal self-attention, x [B, T, C]
+  /// The same for x [B, T, C] after the `past_keys`/`past_values` positions (undefined: none),
+  /// which are replaced by the keys and values of all of them.
+  at::Tensor forward_cached(const at::Tensor& x, at::Tensor& past_keys, at::Tensor& past_values);
   Conv1D c_attn{nullptr};
   Conv1D c_proj{nullptr};
 
@@ -108,6 +125,7 @@ class ZERO_API BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GPT2Config& config);
   at::Tensor forward(const at::Tensor& x);  // x + attn(ln_1(x)), then + mlp(ln_2(.))
+  at::Tensor forward_cached(const at::Tensor& x, at::Tensor& past_keys, at::Tensor& past_values);
   torch::nn::LayerNorm ln_1{nullptr};
   Attention attn{nullptr};
   torch::nn::LayerNorm ln_2{nullptr};
@@ -145,6 +163,12 @@ class ZERO_API GPT2Impl : public torch::nn::Module {
   /// cross-entropy], src/models/lm_head_loss.cpp). Faster and far smaller than the two calls
   /// on CPUs; equal to them to about 1e-6 relative.
   at::Tensor forward_loss(const at::Tensor& idx, const at::Tensor& targets);
+  /// Logits [B, T, vocab] of `idx` [B, T] as the positions after those in `cache`, which is
+  /// extended by them: prefill a prompt with an empty cache, then one token at a time. Equal
+  /// to forward() on the whole sequence to rounding. For inference (no grad) of a model whose
+  /// parameters are whole (no ZeRO stage-3 engine); the cache and the new positions must fit
+  /// the context (n_positions).
+  at::Tensor forward_cached(const at::Tensor& idx, KVCache& cache);
   const GPT2Config& config() const { return config_; }
   /// Trainable elements, the tied lm_head counted once (as HF's num_parameters()).
   int64_t num_parameters() const;

@@ -77,10 +77,31 @@ struct ZERO_API SafetensorsFile {
   std::map<std::string, std::string> metadata;  // "__metadata__"; empty when absent
 };
 
-/// Reads and validates a whole file: header length against the file size, well-formed JSON,
+/// A safetensors file opened for reading a tensor at a time (a model need not fit in memory
+/// whole). Opening validates the header: its length against the file size, well-formed JSON,
 /// known dtypes, offsets within the buffer, shape × item size equal to the byte length, and
 /// tensors covering the buffer without overlaps or gaps. Any violation throws zero::Error
 /// naming the file, the tensor and what is wrong.
+class ZERO_API SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  SafetensorsReader(SafetensorsReader&&) noexcept;
+  ~SafetensorsReader();
+
+  const std::string& path() const;
+  /// Every tensor's name, dtype and shape, in the order of their data in the file.
+  std::vector<SafetensorsEntry> entries() const;
+  const std::map<std::string, std::string>& metadata() const;
+  /// The tensor `name`, read from the file now (a contiguous CPU tensor, owned).
+  at::Tensor read(const std::string& name) const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+/// Reads and validates a whole file (SafetensorsReader's checks), every tensor in memory.
 ZERO_API SafetensorsFile read_safetensors(const std::string& path);
 
 /// The format's name for a dtype ("F32", "BF16", ...); throws zero::Error for a dtype the

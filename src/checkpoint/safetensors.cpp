@@ -322,8 +322,18 @@ struct Located {
 
 }  // namespace
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // a FIFO must not block
+struct SafetensorsReader::State {
+  std::string path;
+  Fd fd;
+  uint64_t data_start = 0;
+  std::vector<Located> located;  // in offset order
+  std::map<std::string, std::string> metadata;
+};
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : state_(std::make_unique<State>()) {
+  state_->path = path;
+  Fd& fd = state_->fd;
+  fd.reset(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));  // a FIFO must not block
   ZERO_CHECK(fd.get() >= 0, io_error("cannot open", path));
   struct stat info {};
   ZERO_CHECK(::fstat(fd.get(), &info) == 0, io_error("cannot stat", path));
@@ -367,7 +377,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
              ", expected a JSON object");
   ZERO_CHECK(duplicate.empty(), path, ": tensor '", duplicate, "' appears twice in the header");
 
-  SafetensorsFile result;
+  std::map<std::string, std::string>& metadata = state_->metadata;
   const uint64_t buffer_size = file_size - 8 - header_size;
   const uint64_t data_start = 8 + header_size;
   std::vector<Located> located;
@@ -378,7 +388,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
       for (const auto& [key, item] : value.items()) {
         ZERO_CHECK(item.is_string(), path, ": ", kMetadataKey, " value of '", key,
                    "' must be a string, got ", item.dump());
-        result.metadata[key] = item.get<std::string>();
+        metadata[key] = item.get<std::string>();
       }
       continue;
     }
@@ -441,11 +451,45 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   ZERO_CHECK(expected == buffer_size, path, ": the tensors cover ", expected, " bytes but the ",
              "data buffer holds ", buffer_size, " (trailing bytes after the last tensor)");
+  state_->data_start = data_start;
+  for (const Located* t : order) state_->located.push_back(*t);
+}
 
-  for (const Located* t : order) {
-    at::Tensor value = at::empty(t->shape, at::TensorOptions().dtype(t->dtype));
-    if (t->end > t->begin) read_all(fd.get(), value.data_ptr(), t->end - t->begin, data_start + t->begin, path);
-    result.tensors.emplace(t->name, std::move(value));
+SafetensorsReader::SafetensorsReader(SafetensorsReader&&) noexcept = default;
+SafetensorsReader::~SafetensorsReader() = default;
+
+const std::string& SafetensorsReader::path() const { return state_->path; }
+
+const std::map<std::string, std::string>& SafetensorsReader::metadata() const {
+  return state_->metadata;
+}
+
+std::vector<SafetensorsEntry> SafetensorsReader::entries() const {
+  std::vector<SafetensorsEntry> entries;
+  for (const Located& t : state_->located) entries.push_back({t.name, t.dtype, t.shape});
+  return entries;
+}
+
+at::Tensor SafetensorsReader::read(const std::string& name) const {
+  for (const Located& t : state_->located) {
+    if (t.name != name) continue;
+    at::Tensor value = at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
+    if (t.end > t.begin) {
+      read_all(state_->fd.get(), value.data_ptr(), t.end - t.begin, state_->data_start + t.begin,
+               state_->path);
+    }
+    return value;
+  }
+  ZERO_CHECK(false, state_->path, ": no tensor '", name, "'");
+  return at::Tensor();
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const SafetensorsReader reader(path);
+  SafetensorsFile result;
+  result.metadata = reader.metadata();
+  for (const SafetensorsEntry& entry : reader.entries()) {
+    result.tensors.emplace(entry.name, reader.read(entry.name));
   }
   return result;
 }

@@ -847,6 +847,24 @@ void parse_scheduler(const ObjectView& top, Config& config) {
 
 // ---- logging and monitoring -----------------------------------------------------------------
 
+// csv_monitor and tensorboard: DeepSpeed's monitor sections, the same three keys.
+template <typename Monitor>
+void parse_monitor_section(const ObjectView& top, const char* key, Monitor& monitor) {
+  const Json* section = top.given(key);
+  if (section == nullptr || section->is_null()) return;
+  ObjectView view(*section, key, top.source());
+  view.check_keys(config_detail::csv_monitor_keys());
+  monitor.enabled = view.get_bool("enabled", false);
+  auto read_string = [&](const char* name, std::string& out) {
+    const Json* value = view.given(name);
+    if (value == nullptr) return;
+    if (!value->is_string()) view.invalid(name, *value, "a string");
+    out = value->get<std::string>();
+  };
+  read_string("output_path", monitor.output_path);
+  read_string("job_name", monitor.job_name);
+}
+
 void parse_training_extras(const ObjectView& top, Config& config) {
   const char* print_expected = "an integer >= 1, or null (no progress lines)";
   config.steps_per_print = top.get_optional_integer("steps_per_print", print_expected);
@@ -859,20 +877,8 @@ void parse_training_extras(const ObjectView& top, Config& config) {
       top.get_integer("seed", static_cast<int64_t>(defaults.seed), 0, kInt64Max,
                       "an integer in [0, 9223372036854775807] (a zero extension)"));
 
-  const Json* section = top.given("csv_monitor");
-  if (section == nullptr || section->is_null()) return;
-  ObjectView csv(*section, "csv_monitor", top.source());
-  csv.check_keys(config_detail::csv_monitor_keys());
-  CsvMonitorConfig& monitor = config.csv_monitor;
-  monitor.enabled = csv.get_bool("enabled", false);
-  auto read_string = [&](const char* key, std::string& out) {
-    const Json* value = csv.given(key);
-    if (value == nullptr) return;
-    if (!value->is_string()) csv.invalid(key, *value, "a string");
-    out = value->get<std::string>();
-  };
-  read_string("output_path", monitor.output_path);
-  read_string("job_name", monitor.job_name);
+  parse_monitor_section(top, "csv_monitor", config.csv_monitor);
+  parse_monitor_section(top, "tensorboard", config.tensorboard);
 }
 
 // ---- effective configuration --------------------------------------------------------------
@@ -1002,6 +1008,9 @@ std::string effective_json(const Config& config) {
   root["csv_monitor"] = {{"enabled", config.csv_monitor.enabled},
                          {"output_path", config.csv_monitor.output_path},
                          {"job_name", config.csv_monitor.job_name}};
+  root["tensorboard"] = {{"enabled", config.tensorboard.enabled},
+                         {"output_path", config.tensorboard.output_path},
+                         {"job_name", config.tensorboard.job_name}};
   return root.dump();
 }
 

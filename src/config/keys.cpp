@@ -143,9 +143,12 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
       {"amp", Kind::kDisabledSection, nullptr, nullptr, "use fp16 or bf16"},
       {"elasticity", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"flops_profiler", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"tensorboard", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"wandb", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"comet", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"wandb", Kind::kDisabledSection, nullptr, nullptr,
+       "Weights & Biases logs to a server, and zero's machines have no network; use "
+       "tensorboard or csv_monitor"},
+      {"comet", Kind::kDisabledSection, nullptr, nullptr,
+       "Comet logs to a server, and zero's machines have no network; use tensorboard or "
+       "csv_monitor"},
       {"comms_logger", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"autotuning", Kind::kDisabledSection, nullptr, nullptr, nullptr},
       {"progressive_layer_drop", Kind::kDisabledSection, nullptr, nullptr, nullptr},
@@ -223,7 +226,7 @@ const std::vector<std::string>& top_level_implemented_keys() {
       "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
       "gradient_clipping", "optimizer", "fp16", "bf16", "bfloat16", "communication_data_type",
       "zero_optimization", "allgather_size", "scheduler", "steps_per_print",
-      "wall_clock_breakdown", "seed", "csv_monitor", "compute_data_type", "aio",
+      "wall_clock_breakdown", "seed", "csv_monitor", "tensorboard", "compute_data_type", "aio",
       "activation_checkpointing"};
   return keys;
 }
@@ -359,6 +362,7 @@ std::optional<std::string> section_knowing(const std::string& key,
       {"scheduler.params", warmup_decay_lr_params_keys()},
       {"scheduler.params", warmup_cosine_lr_params_keys()},
       {"csv_monitor", csv_monitor_keys()},
+      {"tensorboard", csv_monitor_keys()},
       {"aio", aio_keys()},
       {"activation_checkpointing", activation_checkpointing_keys()},
   };

@@ -64,6 +64,9 @@ class EngineCore : public Engine, public CheckpointSubject {
   double learning_rate() const final { return lr_; }
   void set_learning_rate(double lr) final;
   CommStats communication() const final;
+  void write_monitor_events(const std::vector<MonitorEvent>& events) final {
+    monitor_->write_events(events);
+  }
   int rank() const final { return rank_; }
   int world_size() const final { return world_; }
 

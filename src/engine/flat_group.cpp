@@ -79,10 +79,16 @@ at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) 
   };
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // The smallest cached buffer that fits without wasting most of itself: a far larger one
+    // (stage 3's embedding gradients for a block's) stays for the request it was made for,
+    // which would otherwise allocate a second one of its size while it is lent out.
+    const auto fits = [&](int64_t cached) {
+      return cached >= numel && (cached <= 2 * numel || cached - numel <= kReuseSlack);
+    };
     int best = -1;
     for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
       const at::Tensor& b = free_[i].buffer;
-      if (b.numel() >= numel && same_kind(b) &&
+      if (fits(b.numel()) && same_kind(b) &&
           (best < 0 || b.numel() < free_[best].buffer.numel())) {
         best = i;
       }
@@ -96,11 +102,12 @@ at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) 
       }
       return std::move(cached.buffer);
     }
-    // None fits: the new buffer replaces the largest cached one of this kind (all smaller),
-    // so the pool never holds more buffers than were in use at once.
+    // None fits: the new buffer replaces the largest cached one of this kind that is smaller
+    // than the request (useless to it), so the pool holds no more buffers than were in use at
+    // once, but for the far larger ones kept for their own requests.
     int largest = -1;
     for (int i = 0; i < static_cast<int>(free_.size()); ++i) {
-      if (same_kind(free_[i].buffer) &&
+      if (same_kind(free_[i].buffer) && free_[i].buffer.numel() < numel &&
           (largest < 0 || free_[i].buffer.numel() > free_[largest].buffer.numel())) {
         largest = i;
       }

@@ -80,9 +80,13 @@ std::vector<FlatGroup> cut_into_groups(const std::vector<int64_t>& numels, int64
 // steps like a caching allocator: a fresh buffer each step costs its page faults again (buffers
 // this size are mmap'ed by glibc and unmapped on free). Clearing the cache after every backward
 // made stage 3 1.2-1.3x stage 0's step on gpt2-mini at 2 ranks, keeping it 1.0x
-// (docs/benchmarks.md). The pool owns at most as many buffers of a dtype as were in use at once
-// (a request no cached buffer fits replaces the largest cached one rather than adding to
-// them), each no larger than the largest request; the reduce bucket size and
+// (docs/benchmarks.md). A request takes the smallest cached buffer that fits it and is at most
+// twice its size (or at most kReuseSlack elements larger): a far larger buffer is not lent to a
+// small request, whose use would make its own large request allocate a second one (at stage 3
+// the embedding's gradient buffer, 25 MiB for gpt2-tiny, beside a block's). A request nothing
+// cached fits replaces the largest cached one smaller than it, so the pool owns at most as
+// many buffers of a dtype as were in use at once, plus far larger ones kept for their
+// requests, each no larger than the largest request; the reduce bucket size and
 // stage3_max_live_parameters bound both. Thread-safe: buffers come back from the
 // communicator's progress thread.
 // On a device with streams (CUDA) a buffer is put back as soon as the work using it has been
@@ -92,8 +96,12 @@ std::vector<FlatGroup> cut_into_groups(const std::vector<int64_t>& numels, int64
 // one's. On the CPU, where work has finished when put() is called, there are no events.
 class BufferPool {
  public:
-  /// The smallest cached buffer of `options`' dtype and device with at least `numel` elements,
-  /// or a new one. Its contents are whatever was last written.
+  /// Elements a cached buffer may exceed a request by and still be lent to it, beside any
+  /// buffer at most twice the request.
+  static constexpr int64_t kReuseSlack = int64_t{1} << 20;
+
+  /// The smallest cached buffer of `options`' dtype and device with at least `numel` elements
+  /// (and not far more: see above), or a new one. Its contents are whatever was last written.
   at::Tensor acquire(int64_t numel, const at::TensorOptions& options);
   void put(at::Tensor buffer);
 

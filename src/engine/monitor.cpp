@@ -34,6 +34,17 @@ EngineMonitor::EngineMonitor(const Config& config, int rank) {
       throw;
     }
   }
+  if (config.tensorboard.enabled) {
+    const std::filesystem::path base =
+        config.tensorboard.output_path.empty() ? "runs" : config.tensorboard.output_path;
+    try {
+      tensorboard_ =
+          std::make_unique<TensorBoardWriter>((base / config.tensorboard.job_name).string());
+    } catch (const Error& error) {
+      for (auto& [name, file] : csv_files_) std::fclose(file);  // no destructor runs
+      throw Error(config.source + ": " + error.what());
+    }
+  }
 }
 
 EngineMonitor::~EngineMonitor() {
@@ -59,10 +70,19 @@ void EngineMonitor::open_csv(const std::string& event) {
   }
 }
 
-void EngineMonitor::write_csv(const std::string& event, int64_t x, double value) {
-  std::FILE* file = csv_files_.at(event);
-  std::fprintf(file, "%lld,%.9g\n", static_cast<long long>(x), value);
-  std::fflush(file);
+void EngineMonitor::write_event(const std::string& event, int64_t x, double value) {
+  if (!csv_dir_.empty()) {
+    if (csv_files_.count(event) == 0) open_csv(event);
+    std::FILE* file = csv_files_.at(event);
+    std::fprintf(file, "%lld,%.9g\n", static_cast<long long>(x), value);
+    std::fflush(file);
+  }
+  if (tensorboard_) tensorboard_->scalar(event, value, x);
+}
+
+void EngineMonitor::write_events(const std::vector<MonitorEvent>& events) {
+  if (!active_) return;
+  for (const MonitorEvent& e : events) write_event(e.name, e.samples, e.value);
 }
 
 void EngineMonitor::record(const BoundaryRecord& r) {
@@ -70,11 +90,11 @@ void EngineMonitor::record(const BoundaryRecord& r) {
   backward_ms_ += r.backward_ms;
   step_ms_ += r.step_ms;
   ++timed_steps_;
-  if (!csv_dir_.empty()) {
-    write_csv("Train/Samples/train_loss", r.global_samples, r.loss);
-    write_csv("Train/Samples/lr", r.global_samples, r.lr);
-    if (fp16_) write_csv("Train/Samples/loss_scale", r.global_samples, r.loss_scale);
-  }
+  write_event("Train/Samples/train_loss", r.global_samples, r.loss);
+  write_event("Train/Samples/lr", r.global_samples, r.lr);
+  if (fp16_) write_event("Train/Samples/loss_scale", r.global_samples, r.loss_scale);
+  // Not among DeepSpeed's CSV events: TensorBoard only.
+  if (tensorboard_) tensorboard_->scalar("Train/Samples/grad_norm", r.grad_norm, r.global_samples);
   if (print_every_ > 0 && r.global_steps % print_every_ == 0) {
     std::printf("[zero] step=%lld, skipped=%lld, lr=%.6g, loss_scale=%g, grad_norm=%.4g, loss=%.4f",
                 static_cast<long long>(r.global_steps), static_cast<long long>(r.skipped_steps),

@@ -1,14 +1,19 @@
 // What the engine reports on its own, as DeepSpeed's engine does: a progress line every
 // `steps_per_print` steps, the wall-clock breakdown of backward and step (`wall_clock_breakdown`),
-// and DeepSpeed-style CSV files (`csv_monitor`). Rank 0 only.
+// DeepSpeed-style CSV files (`csv_monitor`) and TensorBoard event files (`tensorboard`), with
+// the program's own events beside (Engine::write_monitor_events). Rank 0 only.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "engine/tensorboard.h"
 #include "zero/config.h"
+#include "zero/engine.h"
 
 namespace zero {
 
@@ -34,13 +39,18 @@ class EngineMonitor {
   EngineMonitor& operator=(const EngineMonitor&) = delete;
 
   void record(const BoundaryRecord& record);
-  /// Whether anything is reported at all (rank 0 with steps_per_print, wall_clock_breakdown or
-  /// csv_monitor): the engine skips collecting the loss otherwise.
-  bool reporting() const { return active_ && (print_every_ > 0 || !csv_dir_.empty()); }
+  /// The program's events (Engine::write_monitor_events): to every enabled monitor.
+  void write_events(const std::vector<MonitorEvent>& events);
+  /// Whether anything is reported at all (rank 0 with steps_per_print, wall_clock_breakdown,
+  /// csv_monitor or tensorboard): the engine skips collecting the loss otherwise.
+  bool reporting() const {
+    return active_ && (print_every_ > 0 || !csv_dir_.empty() || tensorboard_ != nullptr);
+  }
 
  private:
   void open_csv(const std::string& event);
-  void write_csv(const std::string& event, int64_t x, double value);
+  // One event to every enabled monitor (CSV files are opened on first use).
+  void write_event(const std::string& event, int64_t x, double value);
 
   bool active_ = false;
   int64_t print_every_ = 0;  // 0: no progress line
@@ -48,6 +58,7 @@ class EngineMonitor {
   bool fp16_ = false;
   std::string csv_dir_;      // empty: no CSV files
   std::map<std::string, std::FILE*> csv_files_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // null: no tensorboard
   double backward_ms_ = 0, step_ms_ = 0;
   int64_t timed_steps_ = 0;
 };

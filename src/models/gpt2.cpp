@@ -246,6 +246,38 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   return maybe_dropout(c_proj->forward(y), dropout_, is_training());
 }
 
+at::Tensor AttentionImpl::forward_cached(const at::Tensor& x, at::Tensor& past_keys,
+                                         at::Tensor& past_values) {
+  const int64_t B = x.size(0);
+  const int64_t T = x.size(1);
+  const int64_t C = x.size(2);
+  const int64_t hd = C / n_head_;
+  const auto qkv = c_attn->forward(x).split(C, /*dim=*/2);
+  const auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);
+  at::Tensor k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
+  at::Tensor v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
+  const int64_t past = past_keys.defined() ? past_keys.size(2) : 0;
+  if (past > 0) {
+    k = at::cat({past_keys, k}, 2);
+    v = at::cat({past_values, v}, 2);
+  }
+  past_keys = k;
+  past_values = v;
+  at::Tensor y;
+  if (past == 0 || T == 1) {
+    // A prompt from the start is causal; one new token sees every position.
+    y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0,
+                                         /*is_causal=*/past == 0 && T > 1);
+  } else {
+    // New position i (absolute past + i) sees positions <= past + i.
+    const at::Tensor allowed = at::ones({T, past + T}, x.options().dtype(at::kBool))
+                                   .tril(/*diagonal=*/past);
+    y = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false);
+  }
+  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  return c_proj->forward(y);
+}
+
 // ---------------------------------------------------------------------------------------------
 // MLP
 
@@ -271,6 +303,12 @@ BlockImpl::BlockImpl(const GPT2Config& config) {
 
 at::Tensor BlockImpl::forward(const at::Tensor& x) {
   auto h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+at::Tensor BlockImpl::forward_cached(const at::Tensor& x, at::Tensor& past_keys,
+                                     at::Tensor& past_values) {
+  auto h = x + attn->forward_cached(ln_1->forward(x), past_keys, past_values);
   return h + mlp->forward(ln_2->forward(h));
 }
 
@@ -368,6 +406,30 @@ at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
   // Tied lm_head: logits = hidden @ wte.weight^T, a second call of the wte unit.
   const auto& wte = transformer->wte;
   return zero::run_with(*wte, [&] { return at::matmul(hidden, wte->weight.t()); });
+}
+
+at::Tensor GPT2Impl::forward_cached(const at::Tensor& idx, KVCache& cache) {
+  ZERO_CHECK(idx.defined() && idx.scalar_type() == at::kLong && idx.dim() == 2 && idx.numel() > 0,
+             "GPT-2 forward_cached: input ids must be non-empty int64 [batch, seq]");
+  const int64_t past = cache.length();
+  const int64_t T = idx.size(1);
+  ZERO_CHECK(past + T <= config_.n_positions, "GPT-2 forward_cached: ", past, " cached and ", T,
+             " new positions exceed n_positions (context length) ", config_.n_positions,
+             "; clear the cache and start again from the last positions");
+  const int64_t layers = config_.n_layer;
+  if (cache.keys.empty()) {
+    cache.keys.resize(static_cast<size_t>(layers));
+    cache.values.resize(static_cast<size_t>(layers));
+  }
+  GPT2Model& body = transformer;
+  const auto pos = at::arange(past, past + T, idx.options());
+  at::Tensor x = body->wte->forward(idx) + body->wpe->forward(pos);
+  for (int64_t i = 0; i < layers; ++i) {
+    x = body->h->ptr(i)->as<BlockImpl>()->forward_cached(x, cache.keys[static_cast<size_t>(i)],
+                                                          cache.values[static_cast<size_t>(i)]);
+  }
+  x = body->ln_f->forward(x);
+  return at::matmul(x, body->wte->weight.t());
 }
 
 namespace {

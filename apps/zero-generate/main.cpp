@@ -1,0 +1,243 @@
+// zero-generate: text from a GPT-2, streamed as it is produced.
+//
+//   zero-generate --model DIR --prompt TEXT [--max-tokens 100] [--temperature 0.8] [--top-k 40]
+//                 [--top-p 1.0] [--seed 0] [--device cpu|cuda] [--no-kv-cache] [--threads T]
+//                 [--encoder data/gpt2/encoder.json] [--vocab data/gpt2/vocab.bpe]
+//
+// DIR: a Hugging Face GPT-2 directory (config.json + model.safetensors: what save_pretrained
+// and `zero-ckpt export` write, what zero-train --init reads), or a zero checkpoint (a
+// checkpoint directory with `latest`, one checkpoint, or a run directory with checkpoints/;
+// its shape from the client state zero-train records). The prompt is encoded with GPT-2's BPE
+// (zero::GPT2Encoder) and continued token by token: temperature (0: the most likely token),
+// then the top k, then the smallest set whose probability reaches top p, drawn with a generator
+// seeded by --seed. With the KV cache (the default) each new token costs one position; with
+// --no-kv-cache the whole context is run again for each token (for comparison). The
+// continuation goes to standard output as it is produced; the rate to standard error. A bad
+// input is one message and exit status 2.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "zero/checkpoint.h"
+#include "zero/cuda_support.h"
+#include "zero/error.h"
+#include "zero/gpt2.h"
+#include "zero/gpt2_pretrained.h"
+#include "zero/tokenizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string model;
+  std::string prompt;
+  int64_t max_tokens = 100;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  std::string device = "cpu";
+  bool kv_cache = true;
+  int threads = 0;
+  std::string encoder = "data/gpt2/encoder.json";
+  std::string vocab = "data/gpt2/vocab.bpe";
+};
+
+// A checkpoint directory and tag as zero-train's --resume finds them, or "" for a Hugging Face
+// directory.
+std::pair<std::string, std::string> checkpoint_of(const std::string& path) {
+  // A run directory has a config.json too (the effective DeepSpeed config): the weights decide.
+  if (fs::exists(fs::path(path) / "model.safetensors") ||
+      fs::exists(fs::path(path) / "model.safetensors.index.json")) {
+    return {"", ""};
+  }
+  if (fs::exists(fs::path(path) / "latest")) return {path, ""};
+  if (fs::exists(fs::path(path) / "metadata.json")) {
+    const fs::path p = fs::path(path).lexically_normal();
+    const fs::path dir = p.filename().empty() ? p.parent_path() : p;
+    return {dir.parent_path().empty() ? "." : dir.parent_path().string(), dir.filename().string()};
+  }
+  if (fs::exists(fs::path(path) / "checkpoints" / "latest")) {
+    return {(fs::path(path) / "checkpoints").string(), ""};
+  }
+  ZERO_CHECK(false, "--model ", path, ": neither a Hugging Face directory (config.json + ",
+             "model.safetensors) nor a zero checkpoint (latest, metadata.json or ",
+             "checkpoints/latest)");
+  return {"", ""};
+}
+
+std::shared_ptr<zero::gpt2::GPT2Impl> load_model(const std::string& path) {
+  const auto [dir, tag] = checkpoint_of(path);
+  if (dir.empty()) {
+    auto model = std::make_shared<zero::gpt2::GPT2Impl>(zero::gpt2::hf_config_from_dir(path));
+    zero::gpt2::load_hf_weights(*model, path);
+    return model;
+  }
+  const zero::CheckpointSummary summary = zero::inspect_checkpoint(dir, tag);
+  const nlohmann::json client = nlohmann::json::parse(summary.client_state, nullptr, false);
+  ZERO_CHECK(client.is_object() && client.contains("model_config"), "--model ", path,
+             ": the checkpoint's client state records no model shape (\"model_config\"; ",
+             "zero-train records one)");
+  auto model = std::make_shared<zero::gpt2::GPT2Impl>(zero::gpt2::hf_config_from_json(
+      client.at("model_config").dump(), summary.path + " (model_config)"));
+  std::map<std::string, at::Tensor> params;
+  for (const auto& item : model->named_parameters()) params[item.key()] = item.value();
+  at::NoGradGuard no_grad;
+  for (const auto& [name, value] : zero::read_checkpoint_weights(dir, tag, at::kFloat)) {
+    const auto it = params.find(name);
+    ZERO_CHECK(it != params.end() && it->second.sizes() == value.sizes(), "--model ", path,
+               ": checkpoint parameter ", name, " ", value.sizes(),
+               " is not one of the model's of that shape");
+    it->second.copy_(value);
+  }
+  return model;
+}
+
+// The next token from `logits` [vocab] (fp32 on the CPU).
+int64_t sample(at::Tensor logits, const Options& o, at::Generator& generator) {
+  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
+  logits = logits / o.temperature;
+  at::Tensor candidates = at::arange(logits.size(0), at::kLong);
+  if (o.top_k > 0 && o.top_k < logits.size(0)) {
+    auto [top, index] = logits.topk(o.top_k);
+    logits = top;
+    candidates = index;
+  }
+  at::Tensor probs = logits.softmax(-1);
+  if (o.top_p < 1.0) {
+    auto [sorted, order] = probs.sort(/*dim=*/-1, /*descending=*/true);
+    const at::Tensor before = sorted.cumsum(-1) - sorted;  // mass of the tokens ahead
+    sorted.masked_fill_(before >= o.top_p, 0.0);           // the first always stays
+    probs = at::zeros_like(probs).scatter_(0, order, sorted);
+  }
+  const int64_t pick = at::multinomial(probs, 1, false, generator).item<int64_t>();
+  return candidates[pick].item<int64_t>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"zero-generate: continue a prompt with a GPT-2, streamed"};
+  app.add_option("--model", o.model,
+                 "a Hugging Face GPT-2 directory, or a zero checkpoint (or run) directory")
+      ->required();
+  app.add_option("--prompt", o.prompt, "text to continue")->required();
+  app.add_option("--max-tokens", o.max_tokens, "tokens to generate")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--temperature", o.temperature, "0: the most likely token each time")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  app.add_option("--top-k", o.top_k, "keep the k most likely tokens (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--top-p", o.top_p, "keep the most likely tokens up to this probability")
+      ->check(CLI::Range(1e-6, 1.0))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "the sampling generator's seed")->capture_default_str();
+  app.add_option("--device", o.device, "cpu, or cuda (the model on the first GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  bool no_cache = false;
+  app.add_flag("--no-kv-cache", no_cache, "run the whole context again for every token");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("--threads", o.threads, "libtorch threads (default: every core)")
+      ->check(CLI::Range(0, cores));
+  app.add_option("--encoder", o.encoder, "GPT-2 encoder.json")->capture_default_str();
+  app.add_option("--vocab", o.vocab, "GPT-2 vocab.bpe")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "zero-generate: error: %s\nRun with --help for more information.\n",
+                 e.what());
+    return 2;
+  }
+  o.kv_cache = !no_cache;
+  at::set_num_threads(o.threads > 0 ? o.threads : cores);
+  try {
+    at::Device device(at::kCPU);
+    if (o.device == "cuda") {
+      const zero::CudaSupport& cuda = zero::cuda_support();  // loads libtorch's CUDA
+      ZERO_CHECK(cuda.cuda_device_count() > 0, "--device cuda: no CUDA device is visible");
+      device = at::Device(at::kCUDA, 0);
+    }
+    const zero::GPT2Encoder encoder = zero::GPT2Encoder::load(o.encoder, o.vocab);
+    const std::vector<int32_t> prompt = encoder.encode(o.prompt, "--prompt");
+    ZERO_CHECK(!prompt.empty(), "--prompt is empty");
+    const auto model = load_model(o.model);
+    const int64_t context = model->config().n_positions;
+    ZERO_CHECK(model->config().vocab_size <= encoder.vocab_size(), "--model ", o.model, " has a ",
+               "vocabulary of ", model->config().vocab_size, ", more than the encoder's ",
+               encoder.vocab_size());
+    model->to(device);
+    model->eval();
+    at::NoGradGuard no_grad;
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+    std::vector<int64_t> ids(prompt.begin(), prompt.end());
+    zero::gpt2::KVCache cache;
+    const auto started = std::chrono::steady_clock::now();
+    double first_token_seconds = 0;
+    for (int64_t produced = 0; produced < o.max_tokens; ++produced) {
+      at::Tensor logits;
+      if (o.kv_cache) {
+        // Feed what the cache lacks: the prompt (its last `context` tokens) first, then one
+        // token at a time; a full cache starts again from the last half of the context.
+        if (cache.length() == context) cache.clear();
+        const int64_t n = static_cast<int64_t>(ids.size());
+        const int64_t first = cache.length() > 0 ? n - 1
+                                                 : std::max<int64_t>(0, n - (produced == 0 ? context
+                                                                                           : context / 2));
+        const at::Tensor input =
+            at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
+                .unsqueeze(0)
+                .to(device);
+        logits = model->forward_cached(input, cache);
+      } else {
+        const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
+        const at::Tensor input =
+            at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
+                .unsqueeze(0)
+                .to(device);
+        logits = model->forward(input);
+      }
+      const at::Tensor last = logits.select(1, logits.size(1) - 1).squeeze(0).to(at::kCPU, at::kFloat);
+      const int64_t next = sample(last, o, generator);
+      ids.push_back(next);
+      const std::string& bytes = encoder.decoder().token_bytes(next);
+      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+      std::fflush(stdout);
+      if (produced == 0) {
+        first_token_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::printf("\n");
+    std::fprintf(stderr,
+                 "zero-generate: %lld tokens in %.2f s (%.1f tokens/s; %.1f after the first, "
+                 "which took %.3f s with the prompt's %zu), %s, KV cache %s\n",
+                 static_cast<long long>(o.max_tokens), seconds, o.max_tokens / seconds,
+                 o.max_tokens > 1 ? (o.max_tokens - 1) / std::max(seconds - first_token_seconds, 1e-9)
+                                  : 0.0,
+                 first_token_seconds, prompt.size(), device.str().c_str(),
+                 o.kv_cache ? "on" : "off");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nzero-generate: error: %s\n", e.what());
+    return 2;
+  }
+}
