@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Part of the test suite (scripts/test.sh runs it after ctest): compiles zero's libraries
-# (zero, zero_gpt2 and, with CUDA, zero_cuda) against the OLDEST libtorch zero supports, and
+# (zero, zero_gpt2 and, with CUDA, zero_cuda) with GCC against the OLDEST libtorch zero supports, and
 # links them with --no-undefined and --as-needed, so that a use of an API the oldest version
 # lacks fails CI here instead of a build on a GPU machine that has that torch. The suite itself
 # runs against the pinned (newest) torch of scripts/setup.sh. Supported: README, "Supported
@@ -40,7 +40,10 @@ PY
 fi
 
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  # With GCC: the suite's own build uses clang (scripts/setup.sh), so GCC compiles the
+  # libraries here (the GPU machines' compiler).
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
+    -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
     -DCMAKE_PREFIX_PATH="$cache/torch/share/cmake" -DZERO_BUILD_BENCHMARKS=OFF \
     "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,--no-undefined -Wl,--as-needed" \
     >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; rm -rf "$BUILD_DIR"; exit 1; }

@@ -23,7 +23,9 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12 warns "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics
 // (_mm512_undefined_epi32; GCC bug 105593). The warning is about the header, not this code.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define ZERO_COMM_X86_KERNELS 1
 #else
