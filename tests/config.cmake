@@ -1,2 +1,3 @@
 # Config parsing and validation (src/config/): single process, no MPI.
 zero_add_test(NAME test_config SOURCES test_config.cpp)
+target_compile_definitions(test_config PRIVATE ZERO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

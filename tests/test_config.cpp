@@ -1166,5 +1166,24 @@ TEST(Config, OffloadToNvme) {
   EXPECT_EQ(again.effective_json, q.effective_json);
 }
 
+// Every config the repository ships (configs/, used by the README, demo.sh and the docs) is
+// accepted at the world sizes those commands use.
+TEST(Config, ShippedConfigsLoad) {
+  const std::filesystem::path dir = std::filesystem::path(ZERO_SOURCE_DIR) / "configs";
+  int loaded = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    for (const int world_size : {1, 2}) {
+      SCOPED_TRACE(entry.path().string() + " at world size " + std::to_string(world_size));
+      EXPECT_NO_THROW(load_config(entry.path().string(), world_size));
+    }
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 5);
+  const Config finetune = load_config((dir / "finetune.json").string(), 2);
+  EXPECT_TRUE(finetune.tensorboard.enabled);
+  EXPECT_EQ(finetune.zero_optimization.stage, 2);
+}
+
 }  // namespace
 }  // namespace zero
