@@ -18,3 +18,6 @@ add_test(NAME zero_tokenize_cli
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/data/check_zero_tokenize.sh $<TARGET_FILE:zero-tokenize>
                  ${PROJECT_SOURCE_DIR}/data ${CMAKE_CURRENT_BINARY_DIR}/zero_tokenize_cli)
 set_tests_properties(zero_tokenize_cli PROPERTIES TIMEOUT 120)
+# The encoder's bytes -> id table (src/data/token_table.h), white-box.
+zero_add_test(NAME test_token_table SOURCES test_token_table.cpp INTERNAL)
+target_compile_definitions(test_token_table PRIVATE ZERO_DATA_DIR="${PROJECT_SOURCE_DIR}/data")

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     const zero::TokenizeResult result = zero::tokenize_text_files(files, encoder, out, options);
     if (terminal) std::printf("\n");
     std::printf("zero-tokenize: %lld file(s), %.2f MB of text -> %lld tokens (%lld validation) "
-                "in %.2f s (%.1f MB/s on %d thread(s)):",
+                "in %.3f s (%.1f MB/s on %d thread(s)):",
                 static_cast<long long>(result.documents), result.bytes / 1e6,
                 static_cast<long long>(result.tokens), static_cast<long long>(result.val_tokens),
                 result.seconds, result.bytes / 1e6 / std::max(result.seconds, 1e-9),

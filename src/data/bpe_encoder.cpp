@@ -9,13 +9,14 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
-#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include "common/bounded_input.h"
+#include "data/token_table.h"
 #include "data/utf8.h"
 #include "zero/error.h"
 #include "zero/tokenizer.h"
@@ -27,7 +28,7 @@ namespace {
 constexpr const char* kPattern =
     R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-constexpr uint32_t kNoRank = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t kNoRank = TokenTable::kAbsent;
 
 // A piece's ids are cached per encode call for pieces that are not one token (they need the
 // merge loop); natural text repeats its rare words. Bounded: cleared when full.
@@ -43,15 +44,14 @@ std::string pcre2_message(int code) {
 
 struct GPT2Encoder::Impl {
   GPT2Decoder decoder;
-  // Token bytes -> id (= merge rank), over the decoder's strings.
-  std::unordered_map<std::string_view, uint32_t> ids;
+  // Token bytes -> id (= merge rank).
+  TokenTable ids;
   pcre2_code* code = nullptr;
 
   ~Impl() { pcre2_code_free(code); }
 
   uint32_t rank(std::string_view bytes) const {
-    const auto it = ids.find(bytes);
-    return it == ids.end() ? kNoRank : it->second;
+    return ids.find(bytes);
   }
 
   // tiktoken's _byte_pair_merge, step for step: the boundaries of `piece` and the rank of the
@@ -171,9 +171,11 @@ GPT2Encoder GPT2Encoder::load(const std::string& encoder_json_path,
                "GPT-2 encoder '", encoder_json_path, "': id ", id,
                " should be the single byte ", order[id], " (GPT-2's byte order)");
   }
+  impl->ids = TokenTable(static_cast<size_t>(n));
   for (int64_t id = 0; id < n; ++id) {
     const std::string& bytes = decoder.token_bytes(id);
-    ZERO_CHECK(impl->ids.emplace(std::string_view(bytes), static_cast<uint32_t>(id)).second,
+    ZERO_CHECK(!bytes.empty(), "GPT-2 encoder '", encoder_json_path, "': id ", id, " is empty");
+    ZERO_CHECK(impl->ids.insert(bytes, static_cast<uint32_t>(id)),
                "GPT-2 encoder '", encoder_json_path, "': id ", id,
                " has the same bytes as an earlier token");
   }
@@ -287,9 +289,9 @@ std::vector<int32_t> GPT2Encoder::encode_parallel(
   const int64_t bad = utf8::first_invalid(text);
   ZERO_CHECK(bad < 0, what, " is not valid UTF-8 at byte offset ", bad);
   // Several chunks per thread, taken in turn, so an uneven chunk does not leave threads idle;
-  // chunks of at least 1 MiB so the threads' start costs nothing.
+  // chunks of at least 256 KiB so a thread's start (tens of microseconds) costs nothing.
   const size_t workers = static_cast<size_t>(std::max(1, threads));
-  const size_t pieces = std::max<size_t>(1, std::min(workers * 8, text.size() >> 20));
+  const size_t pieces = std::max<size_t>(1, std::min(workers * 8, text.size() >> 18));
   const std::vector<size_t> cuts = cut_points(text, pieces);
   const size_t chunks = cuts.size() - 1;
   std::vector<std::vector<int32_t>> results(chunks);
@@ -310,17 +312,34 @@ std::vector<int32_t> GPT2Encoder::encode_parallel(
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < std::min(workers, chunks); ++t) pool.emplace_back(work);
-  if (progress && !pool.empty()) {
-    // This thread reports while the others work, then joins the work itself.
-    while (next.load() < chunks) {
-      progress(done.load());
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const size_t busy = std::min(workers, chunks);
+  if (!progress || busy == 1) {
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < busy; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+  } else {
+    // Every worker on its own thread; this one only reports, woken by the last worker to
+    // finish (a sleeping reporter must not keep a core from the work, nor the caller waiting).
+    std::mutex finished_mutex;
+    std::condition_variable all_finished;
+    size_t finished = 0;
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < busy; ++t) {
+      pool.emplace_back([&] {
+        work();
+        std::lock_guard<std::mutex> lock(finished_mutex);
+        if (++finished == busy) all_finished.notify_one();
+      });
     }
+    std::unique_lock<std::mutex> lock(finished_mutex);
+    while (!all_finished.wait_for(lock, std::chrono::milliseconds(100),
+                                  [&] { return finished == busy; })) {
+      progress(done.load());
+    }
+    lock.unlock();
+    for (std::thread& t : pool) t.join();
   }
-  work();
-  for (std::thread& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);
   if (progress) progress(static_cast<int64_t>(text.size()));
   size_t total = 0;
