@@ -137,7 +137,7 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
     { tail -40 "$BUILD_DIR.configure.log" | tee -a "$results"; exit 1; }
 fi
 jobs="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
-targets=(test_cuda_linkage test_cuda test_comm_staged test_optimizer zero-train)
+targets=(test_cuda_linkage test_cuda test_comm_staged test_optimizer zero-train zero-generate)
 [ "$quick" = 1 ] || targets+=(bench_cuda bench_offload_cuda)
 say "== build (${targets[*]}, $jobs jobs)"
 cmake --build "$BUILD_DIR" -j "$jobs" --target "${targets[@]}" >"$BUILD_DIR.build.log" 2>&1 ||
@@ -188,6 +188,19 @@ if [ "$has_gpu" = 1 ]; then
   for stage in 0 1 2 3; do
     train_cuda "stage$stage" "{$common, \"zero_optimization\": {\"stage\": $stage}}"
   done
+  # zero-generate --device cuda from stage 0's checkpoint: greedy, with and without the KV
+  # cache; the two continuations must be the same text (issue 26), and the rates are recorded.
+  generate_cuda() {  # LOG [--no-kv-cache]
+    timeout 120 "$BUILD_DIR/bin/zero-generate" --model "$BUILD_DIR/zero-train-stage0/run" \
+      --device cuda --prompt "The whale and the sea" --max-tokens 64 --temperature 0 "${@:2}" \
+      >"$1.txt" 2>"$1.err"
+  }
+  if generate_cuda "$BUILD_DIR/generate-cache" && generate_cuda "$BUILD_DIR/generate-nocache" --no-kv-cache &&
+     cmp -s "$BUILD_DIR/generate-cache.txt" "$BUILD_DIR/generate-nocache.txt"; then
+    say "PASS zero-generate --device cuda, the same greedy text with and without the KV cache: $(grep tokens/s "$BUILD_DIR/generate-cache.err") | $(grep tokens/s "$BUILD_DIR/generate-nocache.err")"
+  else
+    say "FAIL zero-generate --device cuda:"; tail -5 "$BUILD_DIR"/generate-*.err "$BUILD_DIR"/generate-*.txt | tee -a "$results"; status=1
+  fi
   for stage in 2 3; do
     train_cuda "stage$stage-offload" "{$common, \"zero_optimization\": {\"stage\": $stage, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}"
   done
