@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <iomanip>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -62,17 +63,43 @@ std::shared_ptr<Communicator> ring_gather() {
   return communicator;
 }
 
+/// The ranks as nodes of `ranks_per_node` consecutive ranks (Note [Topology]), with the
+/// hierarchical schedules (Note [Hierarchical collectives]) or without; small segments and
+/// messages, so the inner rings segment too.
+std::shared_ptr<Communicator> virtual_nodes(int ranks_per_node, bool hierarchical) {
+  static std::map<std::pair<int, bool>, std::shared_ptr<Communicator>> made;
+  auto& communicator = made[{ranks_per_node, hierarchical}];
+  if (!communicator) {
+    comm::MpiOptions options;
+    options.ring_segment_bytes = 1000;
+    options.max_message_bytes = 1000;
+    options.ranks_per_node = ranks_per_node;
+    options.hierarchical = hierarchical;
+    communicator = comm::make_mpi_communicator(options);
+  }
+  return communicator;
+}
+
 struct NamedComm {
-  const char* name;
+  std::string name;
   std::shared_ptr<Communicator> comm;
   int64_t max_size;  // largest test size this communicator is used for
+  int ranks_per_node = 0;  // > 0: hierarchical over nodes of this many ranks
 };
 
+/// Every communicator is made on every rank in the same order (construction is collective).
 std::vector<NamedComm> communicators(bool with_ring_gather) {
   std::vector<NamedComm> all = {{"world", world(), INT64_MAX},
                                 {"small_messages", small_messages(), 100003},
                                 {"tiny_messages", tiny_messages(), 64}};
   if (with_ring_gather) all.push_back({"ring_gather", ring_gather(), INT64_MAX});
+  // Every way to cut the ranks into two or more nodes of two or more ranks.
+  const int n = world()->size();
+  for (int m = 2; m < n; ++m) {
+    if (n % m != 0) continue;
+    all.push_back({"hierarchical " + std::to_string(n / m) + "x" + std::to_string(m),
+                   virtual_nodes(m, true), 100003, m});
+  }
   return all;
 }
 
@@ -156,21 +183,36 @@ T apply(ReduceOp op, T acc, T x) {
 
 /// Elements [offset, offset + n) of the reduction of all ranks' inputs, where they belong to
 /// chunk `owner`: ((x[c+1] + x[c+2]) + ...) + x[c]. With owner_first, the rotation that
-/// starts at the owner instead: ((x[c] + x[c+1]) + ...) + x[c-1].
+/// starts at the owner instead: ((x[c] + x[c+1]) + ...) + x[c-1]. With ranks_per_node m (k =
+/// world_size / m nodes, both > 1), Note [Hierarchical collectives]'s order for owner (n, l):
+/// node n' sums ((x[n', l+1] + x[n', l+2]) + ...) + x[n', l] over its ranks, then the nodes'
+/// sums S are combined as ((S[n+1] + S[n+2]) + ...) + S[n].
 at::Tensor expected_reduction(c10::ScalarType dtype, ReduceOp op, int world_size, int owner,
                               int64_t offset, int64_t n, uint64_t seed,
-                              bool owner_first = false) {
+                              bool owner_first = false, int ranks_per_node = 0) {
   at::Tensor t = at::empty({n}, at::TensorOptions().dtype(dtype));
+  const int m = ranks_per_node;
+  const bool hierarchical = m > 1 && world_size / m > 1;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "expected_reduction", [&] {
     auto* p = t.data_ptr<scalar_t>();
+    // Ring order over `size` members starting after `own` (or at it), member j's value x(j).
+    const auto ring_sum = [&](int size, int own, const auto& x) {
+      const int first = owner_first ? own : (own + 1) % size;
+      scalar_t acc = x(first);
+      for (int j = 1; j < size; ++j) acc = apply(op, acc, x((first + j) % size));
+      return acc;
+    };
     for (int64_t i = 0; i < n; ++i) {
       const int64_t index = offset + i;
-      const int first = owner_first ? owner : (owner + 1) % world_size;
-      scalar_t acc = element<scalar_t>(seed, first, index, dtype);
-      for (int j = 1; j < world_size; ++j) {
-        acc = apply(op, acc, element<scalar_t>(seed, (first + j) % world_size, index, dtype));
+      const auto value = [&](int rank) { return element<scalar_t>(seed, rank, index, dtype); };
+      if (!hierarchical) {
+        p[i] = ring_sum(world_size, owner, value);
+        continue;
       }
-      p[i] = acc;
+      const int local = owner % m;
+      p[i] = ring_sum(world_size / m, owner / m, [&](int node) {
+        return ring_sum(m, local, [&](int j) { return value(node * m + j); });
+      });
     }
   });
   return t;
@@ -417,6 +459,19 @@ TEST(CollectiveWatchdog, AbortsACollectivePastItsDeadlineNamingTheLaggard) {
   comm::CollectiveWatchdog across_nodes("mpi", 0, 2, 1, nullptr, nullptr, nullptr, [] {});
   EXPECT_NE(across_nodes.timeout_message("barrier", 0, 1, 1, 1).find("is unknown"),
             std::string::npos);
+  // Across nodes, the peer a ring step receives from, with its node.
+  across_nodes.set_node_names({"node1", "node2"});
+  {
+    const comm::CollectiveWatchdog::Scope ring(across_nodes, "reduce_scatter", 64);
+    across_nodes.waiting_on(1);
+    const std::string named = across_nodes.timeout_message("reduce_scatter", 64, 2, 1, 1);
+    EXPECT_NE(named.find("waiting for rank 1 on node2"), std::string::npos) << named;
+  }
+  {
+    const comm::CollectiveWatchdog::Scope next(across_nodes, "barrier", 0);  // forgets the peer
+    EXPECT_NE(across_nodes.timeout_message("barrier", 0, 3, 1, 1).find("is unknown"),
+              std::string::npos);
+  }
 }
 
 // Heartbeats: rank 1 entered the collective and then stopped (its heartbeat is 10 s old), rank
@@ -456,7 +511,7 @@ TEST(Comm, ReduceScatterMatchesNoteOrderBitwise) {
   const int n = world()->size();
   const int r = world()->rank();
   uint64_t seed = 1000;
-  for (const auto& [comm_name, comm, max_size] : communicators(false)) {
+  for (const auto& [comm_name, comm, max_size, per_node] : communicators(false)) {
     for (auto dtype : kReduceTypes) {
       for (int64_t size : test_sizes(n)) {
         if (size > max_size) continue;
@@ -468,14 +523,14 @@ TEST(Comm, ReduceScatterMatchesNoteOrderBitwise) {
               if (op == ReduceOp::kMax && size != n + 1 && size != 100003) continue;
               ++seed;
               const std::string what =
-                  case_name(comm_name, dtype, size, layout.name, in_place, op);
+                  case_name(comm_name.c_str(), dtype, size, layout.name, in_place, op);
               at::Tensor input = reduction_input(dtype, r, total, seed);
               at::Tensor output = in_place ? input.narrow(0, offsets[r], layout.chunks[r])
                                            : at::full({layout.chunks[r]}, 7.0, input.options());
               EXPECT_NO_THROW(comm->reduce_scatter(input, output, op, layout.counts)->wait()) << what;
               expect_bitwise_equal(output,
                                    expected_reduction(dtype, op, n, r, offsets[r],
-                                                      layout.chunks[r], seed),
+                                                      layout.chunks[r], seed, false, per_node),
                                    what);
             }
           }
@@ -514,14 +569,14 @@ TEST(Comm, AllReduceMatchesNoteOrderAndIsIdenticalOnAllRanks) {
   const int n = world()->size();
   const int r = world()->rank();
   uint64_t seed = 5000;
-  for (const auto& [comm_name, comm, max_size] : communicators(true)) {
+  for (const auto& [comm_name, comm, max_size, per_node] : communicators(true)) {
     for (auto dtype : kReduceTypes) {
       for (int64_t size : test_sizes(n)) {
         if (size > max_size) continue;
         for (auto op : {ReduceOp::kSum, ReduceOp::kMax}) {
           if (op == ReduceOp::kMax && size != n + 1 && size != 100003) continue;
           ++seed;
-          const std::string what = case_name(comm_name, dtype, size, "balanced", true, op);
+          const std::string what = case_name(comm_name.c_str(), dtype, size, "balanced", true, op);
           at::Tensor buffer = reduction_input(dtype, r, size, seed);
           EXPECT_NO_THROW(comm->all_reduce(buffer, op)->wait()) << what;
           // Owners: balanced split, the first size % N ranks own one element more.
@@ -530,7 +585,7 @@ TEST(Comm, AllReduceMatchesNoteOrderAndIsIdenticalOnAllRanks) {
           for (int c = 0; c < n; ++c) {
             expect_bitwise_equal(
                 buffer.narrow(0, offsets[c], chunks[c]),
-                expected_reduction(dtype, op, n, c, offsets[c], chunks[c], seed),
+                expected_reduction(dtype, op, n, c, offsets[c], chunks[c], seed, false, per_node),
                 what + " chunk " + std::to_string(c));
           }
           at::Tensor gathered = at::empty({n * size}, buffer.options());
@@ -549,7 +604,7 @@ TEST(Comm, AllGather) {
   const int n = world()->size();
   const int r = world()->rank();
   uint64_t seed = 9000;
-  for (const auto& [comm_name, comm, max_size] : communicators(true)) {
+  for (const auto& [comm_name, comm, max_size, per_node] : communicators(true)) {
     for (auto dtype : kCopyTypes) {
       for (int64_t size : test_sizes(n)) {
         if (size > max_size) continue;
@@ -560,7 +615,7 @@ TEST(Comm, AllGather) {
           for (bool in_place : {false, true}) {
             ++seed;
             const std::string what =
-                case_name(comm_name, dtype, size, layout.name, in_place, ReduceOp::kSum);
+                case_name(comm_name.c_str(), dtype, size, layout.name, in_place, ReduceOp::kSum);
             const auto options = at::TensorOptions().dtype(dtype);
             at::Tensor expected = at::empty({total}, options);
             for (int c = 0; c < n; ++c) {
@@ -583,7 +638,7 @@ TEST(Comm, Broadcast) {
   const int n = world()->size();
   const int r = world()->rank();
   uint64_t seed = 13000;
-  for (const auto& [comm_name, comm, max_size] : communicators(false)) {
+  for (const auto& [comm_name, comm, max_size, per_node] : communicators(false)) {
     for (auto dtype : kCopyTypes) {
       for (int64_t size : test_sizes(n)) {
         if (size > max_size) continue;
@@ -683,6 +738,54 @@ TEST(Comm, StatsFollowTheCountingNote) {
   s = comm->stats();
   EXPECT_EQ(s.total_bytes(), 0);
   EXPECT_EQ(s.all_reduce.calls, 0);
+}
+
+// Note [Topology] and the inter-node count of Note [Counting communicated bytes], on the
+// ranks cut into virtual nodes of 2 (ZERO_RANKS_PER_NODE's option), with the flat ring and
+// with the hierarchical schedules.
+TEST(Comm, TopologyAndBytesAcrossNodes) {
+  const int n = world()->size();
+  const int r = world()->rank();
+  const Topology& real = world()->topology();
+  EXPECT_EQ(real.world_size(), n);
+  EXPECT_EQ(real.nodes(), 1) << "the test runs on one machine: " << real.describe();
+  EXPECT_FALSE(world()->capabilities().hierarchical);
+  EXPECT_EQ(world()->stats().inter_node_bytes, 0);
+  if (n % 2 != 0 || n < 4) GTEST_SKIP() << "needs an even number of ranks, at least 4";
+  const int k = n / 2;  // nodes of 2 ranks
+  for (bool hierarchical : {false, true}) {
+    auto comm = virtual_nodes(2, hierarchical);
+    const Topology& topology = comm->topology();
+    EXPECT_EQ(topology.nodes(), k);
+    EXPECT_TRUE(topology.blocked());
+    EXPECT_EQ(topology.ranks_per_node(), 2);
+    EXPECT_EQ(topology.node_of_rank[static_cast<size_t>(r)], r / 2);
+    EXPECT_EQ(topology.node_names[0], "virtual-node-0");
+    EXPECT_NE(topology.describe().find(std::to_string(k) + " nodes x 2 ranks: virtual-node-0 (ranks 0-1)"),
+              std::string::npos) << topology.describe();
+    EXPECT_EQ(comm->capabilities().hierarchical, hierarchical);
+    EXPECT_FALSE(comm->capabilities().shared_buffers);
+    comm->reset_stats();
+    // Equal chunks of 100 fp32 per rank.
+    const int64_t chunk = 100;
+    at::Tensor input = at::ones({chunk * n});
+    at::Tensor output = at::empty({chunk});
+    comm->reduce_scatter(input, output, ReduceOp::kSum)->wait();
+    EXPECT_EQ(output[0].item<float>(), static_cast<float>(n));
+    at::Tensor gathered = at::empty({chunk * n});
+    comm->all_gather(output, gathered)->wait();
+    at::Tensor buffer = at::ones({chunk * n});
+    comm->all_reduce(buffer, ReduceOp::kSum)->wait();
+    const CommStats s = comm->stats();
+    const int64_t others = (n - 1) * chunk * 4;  // what the rank moves, either schedule
+    EXPECT_EQ(s.reduce_scatter.bytes, others);
+    EXPECT_EQ(s.all_gather.bytes, others);
+    EXPECT_EQ(s.all_reduce.bytes, 2 * others);
+    // Flat: the first rank of each node receives everything from the node before.
+    // Hierarchical: every rank receives the other nodes' chunks of its local index.
+    const int64_t across = hierarchical ? (k - 1) * chunk * 4 : (r % 2 == 0 ? others : 0);
+    EXPECT_EQ(s.inter_node_bytes, 4 * across) << (hierarchical ? "hierarchical" : "flat");
+  }
 }
 
 TEST(Comm, StatsCanBeReadFromAnotherThread) {

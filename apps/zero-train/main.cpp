@@ -682,6 +682,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
              << in.model.n_layer << " blocks recomputed in backward";
       }
       progress.message(head.str());
+      // Note [Topology]: where the ranks run, once.
+      if (world > 1) progress.message("ranks: " + comm->topology().describe());
       if (!data_note.empty()) progress.message(data_note);
       if (!init_note.empty()) progress.message(init_note);
       progress.message(estimate);
@@ -724,7 +726,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     double last_val = -1;
     // Bytes the training steps move (reduce-scatter, all-gather), counted around the steps
     // only: at stage 3 evaluation and sampling gather parameters too, and are counted apart.
-    int64_t train_rs_bytes = 0, train_ag_bytes = 0;
+    int64_t train_rs_bytes = 0, train_ag_bytes = 0, train_inter_node_bytes = 0;
     const zero::CommStats comm_before = engine->communication();
     for (int64_t step = first_step; step < o.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -743,6 +745,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       const zero::CommStats step_after = engine->communication();
       train_rs_bytes += step_after.reduce_scatter.bytes - step_before.reduce_scatter.bytes;
       train_ag_bytes += step_after.all_gather.bytes - step_before.all_gather.bytes;
+      train_inter_node_bytes += step_after.inter_node_bytes - step_before.inter_node_bytes;
       StepRecord r;
       r.step = step + 1;
       r.loss = all_mean(*comm, loss_sum / gas);
@@ -792,7 +795,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
 
     // Per-rank figures for the summary, gathered to every rank.
     const zero::ModelStateBytes bytes = engine->model_state_bytes();
-    constexpr int kFigures = 9;
+    constexpr int kFigures = 10;
     const zero::CudaMemory gpu = cuda ? cuda->memory(device.index()) : zero::CudaMemory{};
     at::Tensor mine = at::tensor({static_cast<double>(bytes.total()),
                                   static_cast<double>(peak_rss_bytes()),
@@ -804,7 +807,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                                   static_cast<double>(bytes.staging),
                                   static_cast<double>(bytes.params_on_nvme),
                                   static_cast<double>(gpu.peak_allocated_bytes),
-                                  static_cast<double>(gpu.peak_reserved_bytes)},
+                                  static_cast<double>(gpu.peak_reserved_bytes),
+                                  static_cast<double>(train_inter_node_bytes)},
                                  at::kDouble);
     at::Tensor all = at::empty({kFigures * world}, at::kDouble);
     comm->all_gather(mine, all)->wait();
@@ -910,6 +914,23 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       } else {
         rows.push_back({"communicated per step", zero::train::human_bytes(moved / trained),
                         zero::train::human_bytes(theory) + " (ring volume)"});
+      }
+      if (const zero::Topology& topology = comm->topology(); topology.nodes() > 1) {
+        // Note [Counting communicated bytes], all ranks together, against the measured volume
+        // (stage 3's differs from the formula above, see there): in the flat ring the first
+        // rank of each node receives all of its volume from the node before (k x); in the
+        // hierarchical schedules every rank receives (k-1)/(k m) of the buffer from other
+        // nodes, (k-1)/(N-1) of its volume (N x that).
+        double across = 0;
+        for (int r = 0; r < world; ++r) across += figure(r, 9);
+        const int k = topology.nodes();
+        const bool hierarchical = comm->capabilities().hierarchical;
+        const double share = hierarchical ? static_cast<double>(world) * (k - 1) / (world - 1) : k;
+        char expected[160];
+        std::snprintf(expected, sizeof(expected), "%s (%s: %.2f x the volume per rank, all ranks)",
+                      zero::train::human_bytes(share * moved / trained).c_str(),
+                      hierarchical ? "hierarchical" : "flat ring", share);
+        rows.push_back({"  across nodes", zero::train::human_bytes(across / trained), expected});
       }
       {
         // Note [Compute dtype]: what the model computed in, what it stored and communicated,

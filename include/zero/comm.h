@@ -16,7 +16,8 @@
 // at the boundary) and stage 2 (reduce-scatter per bucket during backward) then give bitwise
 // identical gradients, and all_reduce results are bitwise identical on every rank. The MPI
 // backend's order is in src/comm/mpi_communicator.cpp (Note [MPI ring order]); tests that
-// assert bitwise equality require the capability.
+// assert bitwise equality require the capability. With capabilities().hierarchical the order
+// depends on the topology as well (nodes and ranks per node), not on where the nodes are.
 //
 // Note [Counting communicated bytes]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -28,6 +29,20 @@
 //   broadcast:       the buffer's bytes on every rank except the root (what each receives)
 // With one rank nothing moves and nothing is counted (calls still are). Counted when the
 // collective is issued.
+// Of those, CommStats::inter_node_bytes counts what crosses the node boundary (Note
+// [Topology]): the bytes this rank receives under the schedule the backend runs from a rank on
+// another node. Under the flat ring a rank receives everything from rank r-1, so the first
+// rank of each node counts all of its bytes and the others none: a step of k nodes moves
+// k x (the per-rank volume above) across nodes in all.
+//
+// Note [Topology]
+// ~~~~~~~~~~~~~~~
+// Ranks that share a node (a host: one kernel, one /dev/shm) are found once, when the
+// communicator is made: the MPI backend asks MPI which ranks share memory with it
+// (MPI_COMM_TYPE_SHARED) and names each node by its lowest rank's hostname; device backends
+// take their bootstrap communicator's. Nodes are numbered in the order of their lowest rank.
+// The topology decides which schedule a collective runs where several exist, what is counted
+// as crossing nodes, and is printed by programs at start-up (Topology::describe).
 #pragma once
 
 #include "zero/export.h"
@@ -56,10 +71,38 @@ struct ZERO_API CommStats {
   CollectiveCount reduce_scatter;
   CollectiveCount all_gather;
   CollectiveCount broadcast;
+  /// Of the bytes above, those received from another node (Note [Counting communicated bytes]).
+  int64_t inter_node_bytes = 0;
   int64_t total_bytes() const {
     return all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + broadcast.bytes;
   }
   CommStats& operator+=(const CommStats& other);
+};
+
+/// Where the ranks run (Note [Topology]).
+struct ZERO_API Topology {
+  std::vector<int> node_of_rank;        // one per rank: its node, 0 .. nodes() - 1
+  std::vector<std::string> node_names;  // one per node: its lowest rank's hostname
+
+  int nodes() const { return static_cast<int>(node_names.size()); }
+  int world_size() const { return static_cast<int>(node_of_rank.size()); }
+  /// Ranks of `node`, ascending.
+  std::vector<int> ranks_of(int node) const;
+  /// Every node has the same number of ranks, and they are consecutive (rank r on node
+  /// r / ranks_per_node()): the layout of mpirun's default mapping (--map-by slot) on nodes of
+  /// equal slots, which the hierarchical schedules need.
+  bool blocked() const;
+  /// The largest number of ranks on one node.
+  int ranks_per_node() const;
+  /// "1 node (vm), 2 ranks" or "2 nodes x 2 ranks: node1 (ranks 0-1), node2 (ranks 2-3)".
+  std::string describe() const;
+
+  /// From each rank's node key (ranks with equal keys share a node) and hostname; nodes
+  /// numbered in the order of their lowest rank, named by its hostname.
+  static Topology from_node_keys(const std::vector<int64_t>& key_of_rank,
+                                 const std::vector<std::string>& hostname_of_rank);
+  /// Every rank on one node.
+  static Topology single_node(int world_size, const std::string& name);
 };
 
 /// What one collective asks for beyond its buffers.
@@ -78,6 +121,10 @@ struct ZERO_API CommCapabilities {
   bool deterministic_reduction = false;
   /// allocate_buffer may return memory peers read directly (reduce_scatter is faster from it).
   bool shared_buffers = false;
+  /// Across nodes, reduce_scatter, all_gather and all_reduce run inside each node first and
+  /// between nodes on one rank per node and chunk group (the MPI backend's Note [Hierarchical
+  /// collectives]); the reduction order then depends on the topology too.
+  bool hierarchical = false;
 };
 
 /// One collective (or in_order task) in flight. Collectives of a communicator complete in the
@@ -116,6 +163,8 @@ class ZERO_API Communicator {
   /// "mpi", "nccl", ... for messages and reports.
   virtual std::string backend_name() const = 0;
   virtual CommCapabilities capabilities() const = 0;
+  /// Which ranks share a node (Note [Topology]); found when the communicator was made.
+  virtual const Topology& topology() const = 0;
 
   /// In place over all of `buffer`: a reduce_scatter over a balanced split (the first
   /// numel % N ranks own one extra element) followed by all_gather. With

@@ -45,6 +45,7 @@ CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& watchdog, const char* op, i
     : watchdog_(watchdog) {
   watchdog_.op_.store(op, std::memory_order_relaxed);
   watchdog_.bytes_.store(bytes, std::memory_order_relaxed);
+  watchdog_.waiting_on_.store(-1, std::memory_order_relaxed);
   watchdog_.deadline_s_.store(timeout_seconds > 0 ? timeout_seconds : watchdog_.timeout_seconds_,
                               std::memory_order_relaxed);
   const int64_t entered = watchdog_.entered_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -87,7 +88,15 @@ std::string CollectiveWatchdog::timeout_message(const char* op, int64_t bytes, i
       silent.push_back(r);
     }
   }
-  if (progress.empty()) {
+  const int peer = waiting_on_.load(std::memory_order_relaxed);
+  if (progress.empty() && peer >= 0 && peer < size_) {
+    out << "waiting for rank " << peer;
+    if (static_cast<size_t>(peer) < node_of_rank_.size()) {
+      out << " on " << node_of_rank_[static_cast<size_t>(peer)];
+    }
+    out << " (the rank its schedule receives from now: stopped, dead, cut off, or itself "
+           "waiting)";
+  } else if (progress.empty()) {
     out << "which rank it waits for is unknown (ranks on several nodes have no shared progress "
            "board)";
   } else if (behind.empty() && silent.empty()) {

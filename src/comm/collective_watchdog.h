@@ -18,8 +18,10 @@
 //   heartbeat its watchdog thread renews at every wake-up. A peer that has entered fewer
 //   collectives than this rank's current one has not arrived: it is the one waited for. A
 //   peer whose heartbeat is older than kSilentAfter (or 4 wake-ups) is stopped or dead, even
-//   when it stopped inside this very collective. Across nodes the board does not exist and
-//   the message says the peer is unknown.
+//   when it stopped inside this very collective. Across nodes the board does not exist; the
+//   message then names the peer the collective's schedule was receiving from when the
+//   deadline passed (waiting_on, set by point-to-point schedules such as the ring), with its
+//   node, or says the peer is unknown (inside a collective of the MPI library itself).
 // - The deadline covers time inside the communicator only. A rank that computes for an hour
 //   between two collectives is not timed out itself; its peers, waiting in the next collective,
 //   are, which is the intended reading: the job made no progress for the deadline.
@@ -81,6 +83,12 @@ class CollectiveWatchdog {
   /// The count of collectives this rank has entered (what it publishes on the progress board).
   int64_t entered() const { return entered_.load(std::memory_order_relaxed); }
 
+  /// The rank the collective in flight now waits to receive from (-1: unknown), set by the
+  /// schedule before each receive; a Scope starts at -1. Relaxed, from the collective's thread.
+  void waiting_on(int rank) { waiting_on_.store(rank, std::memory_order_relaxed); }
+  /// Names nodes in messages: node_of_rank[r] is rank r's node's name (empty: no names).
+  void set_node_names(std::vector<std::string> node_of_rank) { node_of_rank_ = std::move(node_of_rank); }
+
   /// The message a timeout prints at steady-clock time `now` for a collective whose deadline
   /// was `deadline_seconds` (0: the watchdog's own), for tests of its wording; does not abort.
   std::string timeout_message(const char* op, int64_t bytes, int64_t sequence,
@@ -110,6 +118,8 @@ class CollectiveWatchdog {
   std::atomic<int64_t> deadline_s_{0};   // its deadline in seconds
   std::atomic<const char*> op_{nullptr};
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int> waiting_on_{-1};
+  std::vector<std::string> node_of_rank_;  // set before the first collective, then read only
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -39,6 +39,7 @@ class HostStagedCommunicator final : public Communicator {
   int size() const override { return host_->size(); }
   std::string backend_name() const override { return host_->backend_name() + "+host-staged"; }
   CommCapabilities capabilities() const override { return host_->capabilities(); }
+  const Topology& topology() const override { return host_->topology(); }
 
   WorkHandle all_reduce(const at::Tensor& buffer, ReduceOp op,
                         const CollectiveOptions& options) override {

@@ -13,6 +13,9 @@
 //   all_reduce      the ring reduce-scatter over a balanced split, then all_gather: bitwise
 //                   identical results on every rank, same summation order as reduce_scatter.
 //   broadcast       MPI_Bcast, in pieces of at most max_message_bytes.
+// Across nodes (Note [Topology] in zero/comm.h) with the same number of consecutive ranks on
+// each, reduce_scatter, all_gather and all_reduce run hierarchically (Note [Hierarchical
+// collectives]).
 //
 // Progress: a collective is validated and counted on the thread that issues it, then runs on
 // the communicator's progress thread, in issue order; the returned Work completes when it has
@@ -32,6 +35,7 @@
 #include "comm/mpi_communicator.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
@@ -44,6 +48,7 @@
 #include <thread>
 #include <functional>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -65,6 +70,8 @@ namespace {
 constexpr int kRingTag = 0x2e70;
 // The job's exit status when a collective passes its deadline (Note [Collective timeout]).
 constexpr int kCollectiveTimeoutExitCode = 3;
+// How long a timed-out rank waits for MPI_Abort before it exits by itself.
+constexpr int kAbortGraceSeconds = 5;
 
 std::string mpi_error_string(int rc) {
   char text[MPI_MAX_ERROR_STRING];
@@ -133,6 +140,69 @@ struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
 };
 
+// A grow-only buffer of the progress thread, touched once when grown so that no schedule
+// page-faults in it.
+class GrowOnlyBuffer {
+ public:
+  explicit GrowOnlyBuffer(const char* what) : what_(what) {}
+  std::byte* at_least(int64_t bytes, int rank) {
+    if (bytes > capacity_) {
+      const int64_t rounded = ceil_div(bytes, 4096) * 4096;
+      void* p = std::aligned_alloc(4096, static_cast<size_t>(rounded));
+      ZERO_CHECK(p != nullptr, "communicator: cannot allocate ", rounded, " bytes of ", what_,
+                 " on rank ", rank);
+      std::memset(p, 0, static_cast<size_t>(rounded));
+      data_.reset(static_cast<std::byte*>(p));
+      capacity_ = rounded;
+    }
+    return data_.get();
+  }
+
+ private:
+  const char* what_;
+  std::unique_ptr<std::byte, FreeDeleter> data_;
+  int64_t capacity_ = 0;
+};
+
+// The ranks one ring schedule runs over: the whole communicator, or (hierarchical) the ranks
+// of one node, or the ranks of the same local index on every node.
+struct Ring {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  int first = 0;   // the communicator's rank of ring member j is first + j * stride
+  int stride = 1;
+  int mod(int64_t x) const { return static_cast<int>(((x % size) + size) % size); }
+};
+
+// Note [Hierarchical collectives]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On k nodes of m consecutive ranks each (Topology::blocked, k > 1, m > 1), rank r = n*m + l
+// is local rank l of node n. Its chunks are regrouped ("packed") by local index: super-chunk
+// l holds chunks l, m + l, ..., (k-1)*m + l (the chunks of local rank l on every node), in
+// node order. Then
+//   reduce_scatter = a ring reduce-scatter of the super-chunks inside each node (rank (n, l)
+//                    gets node n's sums of super-chunk l), then a ring reduce-scatter of
+//                    super-chunk l between the k ranks of local index l, one per node
+//                    (rank (n, l) gets chunk n*m + l summed over every node);
+//   all_gather     = the reverse: a ring all-gather of super-chunk l between the nodes, then
+//                    of the super-chunks inside each node, then unpacked;
+//   all_reduce     = both, on the packed buffer (packed once, unpacked once).
+// Each rank sends (m-1)/m of the buffer inside its node and (k-1)/(k*m) across nodes; a node's
+// link carries (k-1)/k of the buffer each way instead of the flat ring's (N-1)/N, in k-1
+// steps instead of N-1. The sum is deterministic (Note [Deterministic reduction]): element
+// of chunk (n, l) = inter-node ring order over the nodes' partial sums, each of which is the
+// intra-node ring order (Note [MPI ring order]) over its m ranks; it depends on the topology
+// (k, m), so a flat run and a hierarchical run differ in the last bits, and two runs of the
+// same (k, m) are bitwise equal wherever their ranks run (ZERO_RANKS_PER_NODE makes one
+// machine's ranks act as k nodes). Collectives with an uneven topology, or at one rank per
+// node, run the flat ring.
+struct PackedLayout {
+  Chunks super;                 // super-chunk l: the chunks of local rank l, node by node
+  std::vector<Chunks> inner;    // inner[l]: those chunks inside super-chunk l (offsets from it)
+  std::vector<int64_t> packed;  // packed[c]: chunk c's offset in the packed buffer
+};
+
 // A collective or task in flight on the progress thread (zero::Work).
 class MpiWork final : public Work {
  public:
@@ -199,7 +269,35 @@ class MpiCommunicator final : public Communicator {
     }
     checker_ = CallChecker(backend_name(), rank_, size_, c10::Device(c10::kCPU),
                            "the MPI communicator handles CPU tensors only");
-    shared_ = std::make_unique<SharedSegments>(comm_, rank_, size_);
+    flat_ = Ring{comm_, rank_, size_};
+    topology_ = discover_topology();
+    if (options.ranks_per_node > 0) {
+      ZERO_CHECK(size_ % options.ranks_per_node == 0, "make_mpi_communicator: ranks per node ",
+                 options.ranks_per_node, " (ZERO_RANKS_PER_NODE) does not divide the world size ",
+                 size_);
+      std::vector<int64_t> keys;
+      std::vector<std::string> names;
+      for (int r = 0; r < size_; ++r) {
+        keys.push_back(r / options.ranks_per_node);
+        names.push_back("virtual-node-" + std::to_string(r / options.ranks_per_node));
+      }
+      topology_ = Topology::from_node_keys(keys, names);
+    }
+    receives_across_nodes_ =
+        topology_.node_of_rank[static_cast<size_t>(flat_.mod(rank_ - 1))] !=
+        topology_.node_of_rank[static_cast<size_t>(rank_)];
+    if (options.hierarchical && topology_.nodes() > 1 && topology_.blocked() &&
+        topology_.ranks_per_node() > 1) {
+      const int m = topology_.ranks_per_node();
+      const Call call{"hierarchical communicators"};
+      MPI_Comm intra = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+      check_mpi(call, MPI_Comm_split(comm_, rank_ / m, rank_, &intra), "MPI_Comm_split (node)");
+      check_mpi(call, MPI_Comm_split(comm_, rank_ % m, rank_, &inter), "MPI_Comm_split (local index)");
+      intra_ = Ring{intra, rank_ % m, m, rank_ - rank_ % m, 1};
+      inter_ = Ring{inter, rank_ / m, topology_.nodes(), rank_ % m, m};
+      hierarchical_ = true;
+    }
+    shared_ = std::make_unique<SharedSegments>(comm_, rank_, size_, topology_.nodes() == 1);
     shared_->map_progress_board();
     // Note [Collective timeout]. The deadline comes from the environment, the same on every
     // rank; the board above is mapped either way, so its collective cannot depend on it.
@@ -208,7 +306,21 @@ class MpiCommunicator final : public Communicator {
         [this](int64_t entered) { shared_->publish_entered(entered); },
         [this](int64_t now_ns) { shared_->publish_heartbeat(now_ns); },
         [this] { return shared_->peer_progress(); },
-        [this] { MPI_Abort(comm_, kCollectiveTimeoutExitCode); });
+        [this] {
+          // MPI_Abort reaches the other ranks through mpirun; a rank cut off from it (a link
+          // down) would wait there forever, so the process ends on its own shortly after.
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+            std::_Exit(kCollectiveTimeoutExitCode);
+          }).detach();
+          MPI_Abort(comm_, kCollectiveTimeoutExitCode);
+        });
+    std::vector<std::string> node_of_rank;
+    for (int r = 0; r < size_; ++r) {
+      node_of_rank.push_back(topology_.node_names[static_cast<size_t>(
+          topology_.node_of_rank[static_cast<size_t>(r)])]);
+    }
+    watchdog_->set_node_names(std::move(node_of_rank));
     mpi_counts_.resize(static_cast<size_t>(size_));
     mpi_displs_.resize(static_cast<size_t>(size_));
     progress_ = std::thread([this] { progress(); });
@@ -225,7 +337,13 @@ class MpiCommunicator final : public Communicator {
     shared_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (!finalized) {
+      if (hierarchical_) {
+        MPI_Comm_free(&intra_.comm);
+        MPI_Comm_free(&inter_.comm);
+      }
+      MPI_Comm_free(&comm_);
+    }
   }
 
   int rank() const override { return rank_; }
@@ -235,8 +353,10 @@ class MpiCommunicator final : public Communicator {
     CommCapabilities capabilities;
     capabilities.deterministic_reduction = true;  // Note [MPI ring order]
     capabilities.shared_buffers = shared_->enabled();
+    capabilities.hierarchical = hierarchical_;
     return capabilities;
   }
+  const Topology& topology() const override { return topology_; }
 
   WorkHandle all_reduce(const at::Tensor& buffer, ReduceOp op,
                         const CollectiveOptions& options) override {
@@ -247,14 +367,16 @@ class MpiCommunicator final : public Communicator {
     // Ownership: a balanced split, the first numel % N ranks own one element more.
     Chunks chunks = checker_.balanced(numel);
     const int64_t moved = 2 * checker_.others_bytes(chunks, es);
-    return issue(call, &CommStats::all_reduce, moved, buffer.nbytes(), options,
+    const int64_t across = 2 * across_nodes(chunks, es);  // before `chunks` moves below
+    return issue(call, &CommStats::all_reduce, moved, across, buffer.nbytes(), options,
                  [this, call, chunks = std::move(chunks), op] {
       if (size_ == 1 || call.input.numel() == 0) return;
       const int64_t es = call.input.element_size();
       std::byte* data = bytes_of(call.input);
-      ring_reduce_scatter(call, chunks, data, call.input.scalar_type(), es, op,
+      if (hierarchical_) return hierarchical_all_reduce(call, chunks, data, es, op);
+      ring_reduce_scatter(flat_, call, chunks, data, call.input.scalar_type(), es, op,
                           data + chunks.offsets[rank_] * es);
-      all_gather_in_place(call, chunks, data, es);
+      all_gather_in_place(flat_, call, chunks, data, es);
     });
   }
 
@@ -265,7 +387,8 @@ class MpiCommunicator final : public Communicator {
     Chunks chunks = checker_.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
     const int64_t es = input.element_size();
     const int64_t moved = checker_.others_bytes(chunks, es);
-    return issue(call, &CommStats::reduce_scatter, moved, input.nbytes(), options,
+    const int64_t across = across_nodes(chunks, es);  // before `chunks` moves below
+    return issue(call, &CommStats::reduce_scatter, moved, across, input.nbytes(), options,
                  [this, call, chunks = std::move(chunks), op] {
       const int64_t es = call.input.element_size();
       std::byte* in = bytes_of(call.input);
@@ -281,8 +404,10 @@ class MpiCommunicator final : public Communicator {
         }
         if (!inputs.empty()) {
           shared_reduce_scatter(call, chunks, inputs, call.input.scalar_type(), es, op, out);
+        } else if (hierarchical_) {
+          hierarchical_reduce_scatter(call, chunks, in, es, op, out);
         } else {
-          ring_reduce_scatter(call, chunks, in, call.input.scalar_type(), es, op, out);
+          ring_reduce_scatter(flat_, call, chunks, in, call.input.scalar_type(), es, op, out);
         }
       } else if (own_bytes > 0 && out != own) {
         std::memcpy(out, own, static_cast<size_t>(own_bytes));
@@ -296,7 +421,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
     at::Tensor buffer;
     // Collective (shared segments are made by every rank together): in order, like the others.
-    issue(Call{"allocate_buffer"}, nullptr, 0, bytes, {}, [&] {
+    issue(Call{"allocate_buffer"}, nullptr, 0, 0, bytes, {}, [&] {
       std::function<void(void*)> deleter;
       std::byte* data = shared_->allocate(bytes, &deleter);
       if (data == nullptr) {
@@ -323,7 +448,8 @@ class MpiCommunicator final : public Communicator {
     Chunks chunks = checker_.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
     const int64_t es = output.element_size();
     const int64_t moved = checker_.others_bytes(chunks, es);
-    return issue(call, &CommStats::all_gather, moved, output.nbytes(), options,
+    const int64_t across = across_nodes(chunks, es);  // before `chunks` moves below
+    return issue(call, &CommStats::all_gather, moved, across, output.nbytes(), options,
                  [this, call, chunks = std::move(chunks)] {
       const int64_t es = call.output.element_size();
       std::byte* out = bytes_of(call.output);
@@ -331,7 +457,9 @@ class MpiCommunicator final : public Communicator {
       const std::byte* in = bytes_of(call.input);
       const int64_t own_bytes = chunks.counts[rank_] * es;
       if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
-      if (size_ > 1) all_gather_in_place(call, chunks, out, es);
+      if (size_ == 1) return;
+      if (hierarchical_) return hierarchical_all_gather(call, chunks, out, es);
+      all_gather_in_place(flat_, call, chunks, out, es);
     });
   }
 
@@ -344,8 +472,9 @@ class MpiCommunicator final : public Communicator {
     ZERO_CHECK(root >= 0 && root < size_, describe(call), ": root must be in [0, ", size_,
                "), got ", root);
     const int64_t bytes = buffer.numel() * buffer.element_size();
-    return issue(call, &CommStats::broadcast, size_ > 1 && rank_ != root ? bytes : 0, bytes,
-                 options, [this, call, bytes] {
+    const int64_t received = size_ > 1 && rank_ != root ? bytes : 0;
+    return issue(call, &CommStats::broadcast, received, receives_across_nodes_ ? received : 0,
+                 bytes, options, [this, call, bytes] {
       if (size_ == 1) return;
       std::byte* data = bytes_of(call.input);
       for (int64_t done = 0; done < bytes; done += max_message_bytes_) {
@@ -357,12 +486,12 @@ class MpiCommunicator final : public Communicator {
 
   WorkHandle barrier(const CollectiveOptions& options) override {
     const Call call{"barrier"};
-    return issue(call, nullptr, 0, 0, options,
+    return issue(call, nullptr, 0, 0, 0, options,
                  [this, call] { check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier"); });
   }
 
   WorkHandle in_order(std::function<void()> task) override {
-    return issue(Call{"in_order task"}, nullptr, 0, 0, {}, std::move(task), /*watched=*/false);
+    return issue(Call{"in_order task"}, nullptr, 0, 0, 0, {}, std::move(task), /*watched=*/false);
   }
 
   CommStats stats() const override {
@@ -391,13 +520,16 @@ class MpiCommunicator final : public Communicator {
   // Counts the collective (`which` null: not a collective) and runs `body` on the progress
   // thread in issue order (at once when issued from that thread, inside a task), under the
   // collective deadline unless `watched` is false (a task's own collectives are watched).
+  // `moved` and `across` are its counts (Note [Counting communicated bytes]), `bytes` its
+  // buffer's size for the watchdog's message.
   WorkHandle issue(const Call& call, CollectiveCount CommStats::*which, int64_t moved,
-                   int64_t bytes, const CollectiveOptions& options, std::function<void()> body,
-                   bool watched = true) {
+                   int64_t across, int64_t bytes, const CollectiveOptions& options,
+                   std::function<void()> body, bool watched = true) {
     CommStats counted;
     if (which != nullptr) {
       (counted.*which).calls = 1;
       (counted.*which).bytes = moved;
+      counted.inter_node_bytes = across;
       std::lock_guard<std::mutex> lock(stats_mutex_);
       stats_ += counted;
     }
@@ -453,6 +585,37 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // ---- topology --------------------------------------------------------------------------
+
+  // Note [Topology]: collective, once, in the constructor.
+  Topology discover_topology() {
+    const Call call{"topology discovery"};
+    MPI_Comm node = MPI_COMM_NULL;
+    check_mpi(call, MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+              "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    // The node's key: its lowest rank (rank 0 of `node`, which is ordered by rank).
+    int lowest = rank_;
+    const int rc = MPI_Allreduce(&rank_, &lowest, 1, MPI_INT, MPI_MIN, node);
+    MPI_Comm_free(&node);
+    check_mpi(call, rc, "MPI_Allreduce (lowest rank of the node)");
+    std::vector<int> keys(static_cast<size_t>(size_));
+    check_mpi(call, MPI_Allgather(&lowest, 1, MPI_INT, keys.data(), 1, MPI_INT, comm_),
+              "MPI_Allgather (node keys)");
+    constexpr int kNameBytes = 256;
+    char host[kNameBytes] = {};
+    if (gethostname(host, kNameBytes - 1) != 0) std::snprintf(host, kNameBytes, "host-of-rank-%d", rank_);
+    std::vector<char> hosts(static_cast<size_t>(size_) * kNameBytes);
+    check_mpi(call, MPI_Allgather(host, kNameBytes, MPI_CHAR, hosts.data(), kNameBytes, MPI_CHAR, comm_),
+              "MPI_Allgather (hostnames)");
+    std::vector<int64_t> key_of_rank(keys.begin(), keys.end());
+    std::vector<std::string> hostname_of_rank;
+    for (int r = 0; r < size_; ++r) {
+      const char* name = hosts.data() + static_cast<size_t>(r) * kNameBytes;
+      hostname_of_rank.emplace_back(name, strnlen(name, kNameBytes));
+    }
+    return Topology::from_node_keys(key_of_rank, hostname_of_rank);
+  }
+
   // ---- validation ----------------------------------------------------------------------
 
   // Note: one set of argument checks and messages for every backend (comm/collective_call.h).
@@ -465,21 +628,9 @@ class MpiCommunicator final : public Communicator {
 
   // ---- schedules ---------------------------------------------------------------------------
 
-  int mod(int64_t x) const { return static_cast<int>(((x % size_) + size_) % size_); }
+  int mod(int64_t x) const { return flat_.mod(x); }
 
-  // Grow-only receive buffer, touched once when grown so the ring never page-faults in it.
-  std::byte* scratch(int64_t bytes) {
-    if (bytes > scratch_bytes_) {
-      const int64_t rounded = ceil_div(bytes, 4096) * 4096;
-      void* p = std::aligned_alloc(4096, static_cast<size_t>(rounded));
-      ZERO_CHECK(p != nullptr, "communicator: cannot allocate ", rounded,
-                 " bytes of receive scratch on rank ", rank_);
-      std::memset(p, 0, static_cast<size_t>(rounded));
-      scratch_.reset(static_cast<std::byte*>(p));
-      scratch_bytes_ = rounded;
-    }
-    return scratch_.get();
-  }
+  std::byte* scratch(int64_t bytes) { return scratch_.at_least(bytes, rank_); }
 
   // Note [MPI ring order]
   // ~~~~~~~~~~~~~~~~~~~~~~
@@ -499,17 +650,17 @@ class MpiCommunicator final : public Communicator {
   // same step as without segmentation, so the order above is unchanged. Messages between two
   // neighbours are matched in posting order; each rank's (step, segment) position only waits
   // on neighbours at an earlier or equal position, so the schedule cannot deadlock.
-  void ring_reduce_scatter(const Call& call, const Chunks& chunks, std::byte* base,
+  void ring_reduce_scatter(const Ring& ring, const Call& call, const Chunks& chunks, std::byte* base,
                            c10::ScalarType dtype, int64_t es, ReduceOp op, std::byte* result) {
     const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
     const int64_t largest = *std::max_element(chunks.counts.begin(), chunks.counts.end());
     std::byte* recv = scratch(std::min(seg, largest) * es);
-    ring_schedule(call, chunks, base, es, seg, /*shift=*/1, "MPI_Sendrecv (ring reduce-scatter)",
+    ring_schedule(ring, call, chunks, base, es, seg, /*shift=*/1, "MPI_Sendrecv (ring reduce-scatter)",
                   [&](int, int64_t, std::byte*) {
                     return recv;  // segments land in the scratch buffer, then get reduced
                   },
                   [&](int step, int64_t offset, std::byte* recv_base, int64_t n) {
-                    std::byte* reduced = step + 2 == size_ ? result : recv_base;
+                    std::byte* reduced = step + 2 == ring.size ? result : recv_base;
                     reduce_to(op, dtype, reduced + offset, recv_base + offset, recv, n);
                   });
   }
@@ -520,14 +671,16 @@ class MpiCommunicator final : public Communicator {
   // recv_chunk_base)` says where a received segment lands; `received(step, offset,
   // recv_chunk_base, n)` runs after each Sendrecv with the n elements received.
   template <typename Destination, typename Received>
-  void ring_schedule(const Call& call, const Chunks& chunks, std::byte* base, int64_t es,
+  void ring_schedule(const Ring& ring, const Call& call, const Chunks& chunks, std::byte* base, int64_t es,
                      int64_t seg, int shift, const char* what, Destination&& destination,
                      Received&& received) {
-    const int next = mod(rank_ + 1);
-    const int prev = mod(rank_ - 1);
-    for (int s = 0; s + 1 < size_; ++s) {
-      const int send_chunk = mod(rank_ - s - shift);
-      const int recv_chunk = mod(rank_ - s - shift - 1);
+    const int next = ring.mod(ring.rank + 1);
+    const int prev = ring.mod(ring.rank - 1);
+    // Note [Collective timeout]: whom a rank stuck here waits for.
+    watchdog_->waiting_on(ring.first + prev * ring.stride);
+    for (int s = 0; s + 1 < ring.size; ++s) {
+      const int send_chunk = ring.mod(ring.rank - s - shift);
+      const int recv_chunk = ring.mod(ring.rank - s - shift - 1);
       const int64_t send_n = chunks.counts[send_chunk];
       const int64_t recv_n = chunks.counts[recv_chunk];
       const int64_t send_segs = ceil_div(send_n, seg);
@@ -547,7 +700,7 @@ class MpiCommunicator final : public Communicator {
                                MPI_BYTE, sending ? next : MPI_PROC_NULL, kRingTag,
                                receiving ? destination(s, offset, recv_base) : nullptr,
                                static_cast<int>(rn * es), MPI_BYTE,
-                               receiving ? prev : MPI_PROC_NULL, kRingTag, comm_,
+                               receiving ? prev : MPI_PROC_NULL, kRingTag, ring.comm,
                                MPI_STATUS_IGNORE),
                   what);
         if (receiving) received(s, offset, recv_base, rn);
@@ -586,31 +739,131 @@ class MpiCommunicator final : public Communicator {
 
   // Chunk c of `base` (laid out by `chunks`) is valid on rank c; afterwards every chunk is
   // valid everywhere.
-  void all_gather_in_place(const Call& call, const Chunks& chunks, std::byte* base, int64_t es) {
+  void all_gather_in_place(const Ring& ring, const Call& call, const Chunks& chunks,
+                           std::byte* base, int64_t es) {
     if (chunks.total == 0) return;
     if (!ring_all_gather_ && chunks.total * es <= max_message_bytes_) {
-      for (int c = 0; c < size_; ++c) {
+      mpi_counts_.resize(static_cast<size_t>(ring.size));
+      mpi_displs_.resize(static_cast<size_t>(ring.size));
+      for (int c = 0; c < ring.size; ++c) {
         mpi_counts_[c] = static_cast<int>(chunks.counts[c] * es);
         mpi_displs_[c] = static_cast<int>(chunks.offsets[c] * es);
       }
       check_mpi(call,
                 MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, mpi_counts_.data(),
-                               mpi_displs_.data(), MPI_BYTE, comm_),
+                               mpi_displs_.data(), MPI_BYTE, ring.comm),
                 "MPI_Allgatherv");
       return;
     }
     // Ring: at step s rank r forwards chunk (r-s) mod N to r+1 and receives chunk (r-s-1)
     // mod N from r-1 straight into place; segmented like the reduce-scatter.
     const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
-    ring_schedule(call, chunks, base, es, seg, /*shift=*/0, "MPI_Sendrecv (ring all-gather)",
+    ring_schedule(ring, call, chunks, base, es, seg, /*shift=*/0, "MPI_Sendrecv (ring all-gather)",
                   [](int, int64_t offset, std::byte* recv_base) { return recv_base + offset; },
                   [](int, int64_t, std::byte*, int64_t) {});
+  }
+
+  // ---- Note [Hierarchical collectives] ----------------------------------------------------
+
+  PackedLayout packed_layout(const Chunks& chunks) const {
+    const int m = intra_.size, k = inter_.size;
+    PackedLayout layout;
+    std::vector<int64_t> super_counts(static_cast<size_t>(m), 0);
+    for (int l = 0; l < m; ++l) {
+      std::vector<int64_t> inner;
+      for (int n = 0; n < k; ++n) inner.push_back(chunks.counts[n * m + l]);
+      layout.inner.push_back(CallChecker::chunks_of(inner));
+      super_counts[l] = layout.inner.back().total;
+    }
+    layout.super = CallChecker::chunks_of(super_counts);
+    layout.packed.resize(static_cast<size_t>(m * k));
+    for (int l = 0; l < m; ++l) {
+      for (int n = 0; n < k; ++n) {
+        layout.packed[n * m + l] = layout.super.offsets[l] + layout.inner[l].offsets[n];
+      }
+    }
+    return layout;
+  }
+
+  // Copies every chunk between its place in `chunks` and its place in the packed layout.
+  static void repack(const Chunks& chunks, const PackedLayout& layout, int64_t es,
+                     const std::byte* from, std::byte* to, bool to_packed) {
+    for (size_t c = 0; c < chunks.counts.size(); ++c) {
+      const int64_t natural = chunks.offsets[c] * es, packed = layout.packed[c] * es;
+      const size_t bytes = static_cast<size_t>(chunks.counts[c] * es);
+      if (bytes == 0) continue;
+      std::memcpy(to + (to_packed ? packed : natural), from + (to_packed ? natural : packed), bytes);
+    }
+  }
+
+  std::byte* packed_buffer(int64_t bytes) { return packed_.at_least(bytes, rank_); }
+
+  void hierarchical_reduce_scatter(const Call& call, const Chunks& chunks, const std::byte* in,
+                                   int64_t es, ReduceOp op, std::byte* out) {
+    if (chunks.total == 0) return;
+    const PackedLayout layout = packed_layout(chunks);
+    std::byte* packed = packed_buffer(chunks.total * es);
+    repack(chunks, layout, es, in, packed, /*to_packed=*/true);
+    const c10::ScalarType dtype = call.input.scalar_type();
+    std::byte* mine = packed + layout.super.offsets[intra_.rank] * es;
+    ring_reduce_scatter(intra_, call, layout.super, packed, dtype, es, op, mine);
+    ring_reduce_scatter(inter_, call, layout.inner[intra_.rank], mine, dtype, es, op, out);
+  }
+
+  // Chunk rank_ of `out` is valid; afterwards every chunk is.
+  void hierarchical_all_gather(const Call& call, const Chunks& chunks, std::byte* out, int64_t es) {
+    if (chunks.total == 0) return;
+    const PackedLayout layout = packed_layout(chunks);
+    std::byte* packed = packed_buffer(chunks.total * es);
+    const int64_t own = chunks.counts[rank_] * es;
+    if (own > 0) {
+      std::memcpy(packed + layout.packed[rank_] * es, out + chunks.offsets[rank_] * es,
+                  static_cast<size_t>(own));
+    }
+    all_gather_in_place(inter_, call, layout.inner[intra_.rank],
+                        packed + layout.super.offsets[intra_.rank] * es, es);
+    all_gather_in_place(intra_, call, layout.super, packed, es);
+    repack(chunks, layout, es, packed, out, /*to_packed=*/false);
+  }
+
+  void hierarchical_all_reduce(const Call& call, const Chunks& chunks, std::byte* data,
+                               int64_t es, ReduceOp op) {
+    const PackedLayout layout = packed_layout(chunks);
+    std::byte* packed = packed_buffer(chunks.total * es);
+    repack(chunks, layout, es, data, packed, /*to_packed=*/true);
+    const c10::ScalarType dtype = call.input.scalar_type();
+    const Chunks& inner = layout.inner[intra_.rank];
+    std::byte* mine = packed + layout.super.offsets[intra_.rank] * es;
+    ring_reduce_scatter(intra_, call, layout.super, packed, dtype, es, op, mine);
+    ring_reduce_scatter(inter_, call, inner, mine, dtype, es, op,
+                        mine + inner.offsets[inter_.rank] * es);
+    all_gather_in_place(inter_, call, inner, mine, es);
+    all_gather_in_place(intra_, call, layout.super, packed, es);
+    repack(chunks, layout, es, packed, data, /*to_packed=*/false);
+  }
+
+  // Note [Counting communicated bytes]: what this rank receives from another node in one
+  // reduce-scatter or all-gather of `chunks`. Flat ring: everything when rank r-1 is on another
+  // node. Hierarchical: the other nodes' chunks of its super-chunk (the inter-node ring).
+  int64_t across_nodes(const Chunks& chunks, int64_t es) const {
+    if (!hierarchical_) return receives_across_nodes_ ? checker_.others_bytes(chunks, es) : 0;
+    int64_t bytes = 0;
+    for (int n = 0; n < inter_.size; ++n) {
+      if (n != inter_.rank) bytes += chunks.counts[n * intra_.size + intra_.rank] * es;
+    }
+    return bytes;
   }
 
   // Below this many input bytes the ring's latency wins over the shared path's three syncs.
   static constexpr int64_t kSharedMinBytes = int64_t{64} << 10;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  Ring flat_;              // every rank
+  bool hierarchical_ = false;
+  Ring intra_;             // hierarchical: this node's ranks
+  Ring inter_;             // hierarchical: the ranks of this local index, one per node
+  Topology topology_;
+  bool receives_across_nodes_ = false;  // rank r-1, the ring's sender, is on another node
   std::unique_ptr<SharedSegments> shared_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // Note [Collective timeout]
   int rank_ = 0;
@@ -624,8 +877,8 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> mpi_counts_;
   std::vector<int> mpi_displs_;
 
-  std::unique_ptr<std::byte, FreeDeleter> scratch_;
-  int64_t scratch_bytes_ = 0;
+  GrowOnlyBuffer scratch_{"receive scratch"};
+  GrowOnlyBuffer packed_{"the hierarchical collectives' packed buffer"};
 
   mutable std::mutex stats_mutex_;
   CommStats stats_;
@@ -644,6 +897,8 @@ MpiOptions MpiOptions::from_env() {
   MpiOptions options;
   options.ring_segment_bytes = env::ring_segment_bytes();
   options.collective_timeout_seconds = env::collective_timeout_seconds();
+  options.ranks_per_node = env::ranks_per_node_override();
+  options.hierarchical = env::hierarchical_collectives();
   return options;
 }
 

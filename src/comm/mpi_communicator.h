@@ -26,9 +26,16 @@ struct MpiOptions {
   /// Deadline of one collective in seconds, 0 for none (Note [Collective timeout],
   /// src/comm/collective_watchdog.h).
   int64_t collective_timeout_seconds = 600;
+  /// > 0: the ranks act as nodes of this many consecutive ranks (ZERO_RANKS_PER_NODE; Note
+  /// [Topology] in zero/comm.h); 0: the machines they run on.
+  int64_t ranks_per_node = 0;
+  /// Hierarchical collectives where the topology allows them (ZERO_HIERARCHICAL_COLLECTIVES;
+  /// Note [Hierarchical collectives] in mpi_communicator.cpp).
+  bool hierarchical = true;
 
-  /// ring_segment_bytes from ZERO_RING_SEGMENT_BYTES and collective_timeout_seconds from
-  /// ZERO_COLLECTIVE_TIMEOUT_S (see src/common/env.h).
+  /// ring_segment_bytes, collective_timeout_seconds, ranks_per_node and hierarchical from
+  /// ZERO_RING_SEGMENT_BYTES, ZERO_COLLECTIVE_TIMEOUT_S, ZERO_RANKS_PER_NODE and
+  /// ZERO_HIERARCHICAL_COLLECTIVES (see src/common/env.h).
   static MpiOptions from_env();
 };
 

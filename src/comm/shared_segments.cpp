@@ -33,22 +33,15 @@ int all_min(MPI_Comm comm, int value, int rank) {
 
 }  // namespace
 
-SharedSegments::SharedSegments(MPI_Comm comm, int rank, int size)
+SharedSegments::SharedSegments(MPI_Comm comm, int rank, int size, bool single_node)
     : comm_(comm), rank_(rank), size_(size), registry_(std::make_shared<Registry>()) {
   if (size_ < 2) return;
-  MPI_Comm node = MPI_COMM_NULL;
-  int node_size = 0;
-  if (MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) ==
-      MPI_SUCCESS) {
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
-  }
   // One job-wide token keeps segment names of concurrent jobs apart.
   int64_t token[2] = {static_cast<int64_t>(getpid()),
                       std::chrono::steady_clock::now().time_since_epoch().count()};
   check(MPI_Bcast(token, 2, MPI_INT64_T, 0, comm_), "MPI_Bcast", rank_);
   job_token_ = std::to_string(token[0]) + "-" + std::to_string(token[1] % 1000000007);
-  enabled_ = all_min(comm_, node_size == size_ ? 1 : 0, rank_) == 1;
+  enabled_ = single_node;
 }
 
 SharedSegments::~SharedSegments() {

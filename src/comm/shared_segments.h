@@ -38,8 +38,9 @@ namespace zero::comm {
 
 class SharedSegments {
  public:
-  /// Collective over `comm` (rank/size of it). Disabled unless all ranks share one node.
-  SharedSegments(MPI_Comm comm, int rank, int size);
+  /// Collective over `comm` (rank/size of it). Disabled unless all ranks share one node
+  /// (`single_node`, the same on every rank: Note [Topology] in zero/comm.h).
+  SharedSegments(MPI_Comm comm, int rank, int size, bool single_node);
   ~SharedSegments();
 
   bool enabled() const { return enabled_; }

@@ -36,6 +36,23 @@ int64_t collective_timeout_seconds() {
   return value;
 }
 
+int64_t ranks_per_node_override() {
+  static const int64_t value = read_int_at_least("ZERO_RANKS_PER_NODE", 0, 0);
+  return value;
+}
+
+bool hierarchical_collectives() {
+  static const bool value = [] {
+    const char* text = std::getenv("ZERO_HIERARCHICAL_COLLECTIVES");
+    if (text == nullptr || *text == '\0') return true;
+    const std::string value = text;
+    ZERO_CHECK(value == "0" || value == "1", "environment variable ZERO_HIERARCHICAL_COLLECTIVES='",
+               value, "' is invalid: expected 0 or 1");
+    return value == "1";
+  }();
+  return value;
+}
+
 int local_rank() {
   static const int value = [] {
     for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {

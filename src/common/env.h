@@ -20,6 +20,17 @@ ZERO_INTERNAL_API int64_t ring_segment_bytes();
 /// deadline off.
 ZERO_INTERNAL_API int64_t collective_timeout_seconds();
 
+/// ZERO_RANKS_PER_NODE: treat the ranks as nodes of this many consecutive ranks (node k named
+/// "virtual-node-k") instead of the machines they run on (Note [Topology], zero/comm.h): to try
+/// and test the hierarchical collectives on one machine. Must divide the world size (checked
+/// by the communicator). Unset or 0: the real topology.
+ZERO_INTERNAL_API int64_t ranks_per_node_override();
+
+/// ZERO_HIERARCHICAL_COLLECTIVES: "0" keeps the flat ring across nodes; "1" or unset: the
+/// hierarchical schedules where the topology allows them (Note [Hierarchical collectives],
+/// src/comm/mpi_communicator.cpp).
+ZERO_INTERNAL_API bool hierarchical_collectives();
+
 /// This process's rank among the ranks on its machine, from the launcher: OMPI_COMM_WORLD_LOCAL_RANK
 /// (mpirun), else SLURM_LOCALID (srun), else LOCAL_RANK (torchrun); -1 when none is set. Picks
 /// a rank's GPU (zero/comm_nccl.h).

@@ -139,7 +139,10 @@ class NcclWork final : public Work {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Communicator& bootstrap, const NcclOptions& options)
-      : rank_(bootstrap.rank()), size_(bootstrap.size()) {
+      : rank_(bootstrap.rank()), size_(bootstrap.size()), topology_(bootstrap.topology()) {
+    // Note [Counting communicated bytes]: counted as under a ring (NCCL picks its own).
+    receives_across_nodes_ = topology_.node_of_rank[static_cast<size_t>((rank_ + size_ - 1) % size_)] !=
+                             topology_.node_of_rank[static_cast<size_t>(rank_)];
     const int devices = cuda_device_count();
     ZERO_CHECK(devices > 0, "make_nccl_communicator on rank ", rank_,
                ": no CUDA device is visible to this process");
@@ -213,6 +216,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend_name() const override { return "nccl"; }
+  const Topology& topology() const override { return topology_; }
   CommCapabilities capabilities() const override { return {}; }
 
   WorkHandle all_reduce(const at::Tensor& buffer, ReduceOp op,
@@ -368,6 +372,7 @@ class NcclCommunicator final : public Communicator {
     if (which != nullptr) {
       (counted.*which).calls = 1;
       (counted.*which).bytes = moved;
+      counted.inter_node_bytes = receives_across_nodes_ ? moved : 0;
       std::lock_guard<std::mutex> stats_lock(stats_mutex_);
       stats_ += counted;
     }
@@ -476,6 +481,8 @@ class NcclCommunicator final : public Communicator {
 
   int rank_;
   int size_;
+  Topology topology_;  // the bootstrap's (Note [Topology])
+  bool receives_across_nodes_ = false;
   c10::DeviceIndex device_ = 0;
   int64_t timeout_seconds_ = 0;
   ncclComm_t comm_ = nullptr;
