@@ -188,6 +188,9 @@ struct Ring {
 //   all_gather     = the reverse: a ring all-gather of super-chunk l between the nodes, then
 //                    of the super-chunks inside each node, then unpacked;
 //   all_reduce     = both, on the packed buffer (packed once, unpacked once).
+// The packed buffer lives in shared memory of the node's ranks where /dev/shm allows, so the
+// node's reduce-scatter reads the peers' packed inputs in place (Note [Shared-memory
+// reduce-scatter], the same order as the ring) once the buffer is 64 KiB or more.
 // Each rank sends (m-1)/m of the buffer inside its node and (k-1)/(k*m) across nodes; a node's
 // link carries (k-1)/k of the buffer each way instead of the flat ring's (N-1)/N, in k-1
 // steps instead of N-1. The sum is deterministic (Note [Deterministic reduction]): element
@@ -296,6 +299,8 @@ class MpiCommunicator final : public Communicator {
       intra_ = Ring{intra, rank_ % m, m, rank_ - rank_ % m, 1};
       inter_ = Ring{inter, rank_ / m, topology_.nodes(), rank_ % m, m};
       hierarchical_ = true;
+      // The ranks of a node share its /dev/shm (virtual nodes share the machine's).
+      node_shared_ = std::make_unique<SharedSegments>(intra, intra_.rank, m, /*single_node=*/true);
     }
     shared_ = std::make_unique<SharedSegments>(comm_, rank_, size_, topology_.nodes() == 1);
     shared_->map_progress_board();
@@ -334,6 +339,8 @@ class MpiCommunicator final : public Communicator {
     queue_cv_.notify_all();
     progress_.join();   // runs what was issued first
     watchdog_.reset();  // its callbacks use shared_
+    node_packed_.reset();
+    node_shared_.reset();
     shared_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -403,7 +410,7 @@ class MpiCommunicator final : public Communicator {
           inputs = shared_->locate_inputs(in, chunks.total * es);
         }
         if (!inputs.empty()) {
-          shared_reduce_scatter(call, chunks, inputs, call.input.scalar_type(), es, op, out);
+          shared_reduce_scatter(flat_, call, chunks, inputs, call.input.scalar_type(), es, op, out);
         } else if (hierarchical_) {
           hierarchical_reduce_scatter(call, chunks, in, es, op, out);
         } else {
@@ -711,30 +718,30 @@ class MpiCommunicator final : public Communicator {
   // Note [Shared-memory reduce-scatter]: every rank's input is mapped here; rank c sums chunk
   // c of all of them in the ring's order, block by block (a block of partial sums stays in
   // cache while the N inputs stream through it).
-  void shared_reduce_scatter(const Call& call, const Chunks& chunks,
+  void shared_reduce_scatter(const Ring& ring, const Call& call, const Chunks& chunks,
                              const std::vector<const std::byte*>& inputs, c10::ScalarType dtype,
                              int64_t es, ReduceOp op, std::byte* out) {
-    const int c = rank_;
+    const int c = ring.rank;
     const int64_t n = chunks.counts[c];
     const int64_t chunk_offset = chunks.offsets[c] * es;
     constexpr int64_t kBlock = 16384;  // elements
-    std::byte* partial = size_ > 2 ? scratch(std::min(kBlock, std::max<int64_t>(n, 1)) * es)
-                                   : nullptr;
+    std::byte* partial = ring.size > 2 ? scratch(std::min(kBlock, std::max<int64_t>(n, 1)) * es)
+                                       : nullptr;
     for (int64_t b = 0; b < n; b += kBlock) {
       const int64_t len = std::min(kBlock, n - b);
-      auto source = [&](int r) { return inputs[mod(r)] + chunk_offset + b * es; };
+      auto source = [&](int r) { return inputs[ring.mod(r)] + chunk_offset + b * es; };
       std::byte* target = out + b * es;
-      if (size_ == 2) {
+      if (ring.size == 2) {
         reduce_to(op, dtype, target, source(c + 1), source(c), len);
       } else {
         reduce_to(op, dtype, partial, source(c + 1), source(c + 2), len);
-        for (int k = 3; k < size_; ++k) reduce_into(op, dtype, partial, source(c + k), len);
+        for (int k = 3; k < ring.size; ++k) reduce_into(op, dtype, partial, source(c + k), len);
         reduce_to(op, dtype, target, partial, source(c), len);
       }
     }
     std::atomic_thread_fence(std::memory_order_seq_cst);
     // Peers may still be reading this rank's input: nobody returns before everyone is done.
-    check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier (shared-memory reduce-scatter)");
+    check_mpi(call, MPI_Barrier(ring.comm), "MPI_Barrier (shared-memory reduce-scatter)");
   }
 
   // Chunk c of `base` (laid out by `chunks`) is valid on rank c; afterwards every chunk is
@@ -796,7 +803,51 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  std::byte* packed_buffer(int64_t bytes) { return packed_.at_least(bytes, rank_); }
+  // The packed layout's buffer: in shared memory of the node's ranks where it can be (the
+  // node's reduce-scatter then reads the peers' packed inputs in place, Note [Shared-memory
+  // reduce-scatter]), else private. Every rank of a node grows it in the same collective (the
+  // sizes are the same on every rank), so the allocation, collective over the node, lines up.
+  std::byte* packed_buffer(int64_t bytes) {
+    if (node_shared_ != nullptr && node_shared_->enabled()) {
+      if (bytes > node_packed_bytes_) {
+        node_packed_.reset();  // unmaps the smaller one first
+        const int64_t rounded = ceil_div(bytes, 4096) * 4096;
+        std::function<void(void*)> deleter;
+        std::byte* data = node_shared_->allocate(rounded, &deleter);
+        if (data != nullptr) {
+          // Host memory libtorch's allocator does not see (common/host_accounting.h).
+          const bool counted = count_unallocated_host_bytes(rounded);
+          node_packed_ = std::shared_ptr<std::byte>(data, [deleter, rounded, counted](std::byte* p) {
+            count_unallocated_host_bytes(-rounded, counted);
+            deleter(p);
+          });
+          node_packed_bytes_ = rounded;
+        } else {
+          node_packed_bytes_ = 0;
+          node_shared_.reset();  // unanimous on the node: private from now on
+        }
+      }
+      if (node_packed_ != nullptr) return node_packed_.get();
+    }
+    return packed_.at_least(bytes, rank_);
+  }
+
+  // The node's reduce-scatter of the packed super-chunks into `mine`: from the peers' packed
+  // buffers in place when they are shared and large enough to gain, else the ring. Bitwise the
+  // same either way (Note [Shared-memory reduce-scatter]).
+  void node_reduce_scatter(const Call& call, const PackedLayout& layout, std::byte* packed,
+                           c10::ScalarType dtype, int64_t es, ReduceOp op, std::byte* mine) {
+    std::vector<const std::byte*> inputs;
+    const int64_t bytes = layout.super.total * es;
+    if (node_packed_ != nullptr && packed == node_packed_.get() && bytes >= kSharedMinBytes) {
+      inputs = node_shared_->locate_inputs(packed, bytes);
+    }
+    if (!inputs.empty()) {
+      shared_reduce_scatter(intra_, call, layout.super, inputs, dtype, es, op, mine);
+    } else {
+      ring_reduce_scatter(intra_, call, layout.super, packed, dtype, es, op, mine);
+    }
+  }
 
   void hierarchical_reduce_scatter(const Call& call, const Chunks& chunks, const std::byte* in,
                                    int64_t es, ReduceOp op, std::byte* out) {
@@ -806,7 +857,7 @@ class MpiCommunicator final : public Communicator {
     repack(chunks, layout, es, in, packed, /*to_packed=*/true);
     const c10::ScalarType dtype = call.input.scalar_type();
     std::byte* mine = packed + layout.super.offsets[intra_.rank] * es;
-    ring_reduce_scatter(intra_, call, layout.super, packed, dtype, es, op, mine);
+    node_reduce_scatter(call, layout, packed, dtype, es, op, mine);
     ring_reduce_scatter(inter_, call, layout.inner[intra_.rank], mine, dtype, es, op, out);
   }
 
@@ -834,7 +885,7 @@ class MpiCommunicator final : public Communicator {
     const c10::ScalarType dtype = call.input.scalar_type();
     const Chunks& inner = layout.inner[intra_.rank];
     std::byte* mine = packed + layout.super.offsets[intra_.rank] * es;
-    ring_reduce_scatter(intra_, call, layout.super, packed, dtype, es, op, mine);
+    node_reduce_scatter(call, layout, packed, dtype, es, op, mine);
     ring_reduce_scatter(inter_, call, inner, mine, dtype, es, op,
                         mine + inner.offsets[inter_.rank] * es);
     all_gather_in_place(inter_, call, inner, mine, es);
@@ -879,6 +930,9 @@ class MpiCommunicator final : public Communicator {
 
   GrowOnlyBuffer scratch_{"receive scratch"};
   GrowOnlyBuffer packed_{"the hierarchical collectives' packed buffer"};
+  std::unique_ptr<SharedSegments> node_shared_;  // hierarchical: the node's ranks
+  std::shared_ptr<std::byte> node_packed_;       // packed_buffer in node_shared_
+  int64_t node_packed_bytes_ = 0;
 
   mutable std::mutex stats_mutex_;
   CommStats stats_;
