@@ -6,7 +6,8 @@
 #    program, so the run fails) and libFuzzer. Runs:
 #    - the unit tests of what reads input or moves data: config, bounded input, safetensors,
 #      checkpoints (every damaged-checkpoint case), shard arithmetic, the communicator and its
-#      work handles (the multi-rank ones at 2 ranks);
+#      work handles (the multi-rank ones at 2 ranks), and the communicator's collective tests
+#      at 4 ranks (the hierarchical schedules over two virtual nodes);
 #    - a short 2-rank zero-train run at stages 2 (overlap_comm) and 3 that saves, resumes and
 #      is read back by zero-ckpt inspect --verify and export;
 #    - the fuzz targets of tests/fuzz/ (config parser, checkpoint metadata, safetensors reader),
@@ -82,6 +83,16 @@ cmake --build "$ASAN_DIR" -j "$build_jobs" --target zero-train zero-ckpt "${asan
 # its device-offload case (that pipeline is test_device_offload's here).
 (cd "$ASAN_DIR" && GTEST_FILTER="-Checkpoint.DeviceOffload*" ctest --output-on-failure --timeout 900 \
    -R "^(test_config|test_bounded_input|test_safetensors|test_shard|test_comm_np2|test_comm_work_np2|test_checkpoint_np2|test_device_offload)$")
+
+# The hierarchical collectives (Note [Hierarchical collectives]: the packed layout, the node's
+# shared packed buffer) need two nodes of two ranks: test_comm's collective tests at 4 ranks,
+# whose virtual-node communicators split them so.
+hierarchical="Comm.ReduceScatterMatchesNoteOrderBitwise:Comm.AllReduceMatchesNoteOrderAndIsIdenticalOnAllRanks:Comm.AllGather:Comm.TopologyAndBytesAcrossNodes"
+mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS -x ASAN_OPTIONS \
+  -x LSAN_OPTIONS -x UBSAN_OPTIONS -np 4 "$ASAN_DIR/tests/test_comm" --gtest_filter="$hierarchical" \
+  >"$ASAN_DIR/test_comm_np4.log" 2>&1 ||
+  { tail -40 "$ASAN_DIR/test_comm_np4.log"; echo "sanitize: test_comm at 4 ranks failed under ASan"; exit 1; }
+echo "test_comm at 4 ranks (hierarchical collectives): $(grep -c '^\[       OK' "$ASAN_DIR/test_comm_np4.log") rank-tests passed"
 
 echo "== sanitize: 2-rank training, checkpoint, resume and zero-ckpt under ASan + UBSan"
 work="$ASAN_DIR/train"
