@@ -89,7 +89,7 @@ cmake --build "$ASAN_DIR" -j "$build_jobs" --target zero-train zero-ckpt "${asan
 # whose virtual-node communicators split them so.
 hierarchical="Comm.ReduceScatterMatchesNoteOrderBitwise:Comm.AllReduceMatchesNoteOrderAndIsIdenticalOnAllRanks:Comm.AllGather:Comm.TopologyAndBytesAcrossNodes"
 mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS -x ASAN_OPTIONS \
-  -x LSAN_OPTIONS -x UBSAN_OPTIONS -np 4 "$ASAN_DIR/tests/test_comm" --gtest_filter="$hierarchical" \
+  -x LSAN_OPTIONS -x UBSAN_OPTIONS -np 4 "$ASAN_DIR/tests/test_comm" --gtest_filter="$hierarchical" --gtest_color=no \
   >"$ASAN_DIR/test_comm_np4.log" 2>&1 ||
   { tail -40 "$ASAN_DIR/test_comm_np4.log"; echo "sanitize: test_comm at 4 ranks failed under ASan"; exit 1; }
 echo "test_comm at 4 ranks (hierarchical collectives): $(grep -c '^\[       OK' "$ASAN_DIR/test_comm_np4.log") rank-tests passed"
