@@ -79,6 +79,7 @@ if wait_for_checkpoint 4 kill.log; then
   kill -9 $victims 2>/dev/null
   took="$(seconds_to_end 50)"
   wait "$job" 2>/dev/null; status=$?
+  sleep 1  # zero-run's report filter may write its line just after mpirun has exited
   left="$(for k in 1 2 3; do node_ranks "$k"; done | wc -l)"
   if [ "$took" != never ] && [ "$status" != 0 ] && [ "$left" = 0 ]; then
     echo "the job ended in ${took} s (exit status $status), no process left on any node"
@@ -117,6 +118,7 @@ if wait_for_checkpoint 2 link.log; then
   ip link set "zero$id-v2" down
   took="$(seconds_to_end 60)"
   wait "$job" 2>/dev/null; status=$?
+  sleep 1  # as above
   # The cut-off node's ranks end on their own: at the collective timeout plus its grace.
   waited=0
   while [ -n "$(for k in 1 2; do node_ranks "$k"; done)" ] && [ "$waited" -lt 40 ]; do

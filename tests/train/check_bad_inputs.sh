@@ -57,7 +57,7 @@ verify_failure() {
   if grep -qiE "terminate called|stack trace|backtrace|Exception raised from|frame #" "$out"; then
     ok=0; echo "[$name] stack dump in the output"
   fi
-  # zero-run drops mpirun's banner about the failed job: our one line only.
+  # zero-run passes --quiet: our one line, not mpirun's banner about the failed job.
   if grep -qE "Primary job|mpirun detected" "$out"; then
     ok=0; echo "[$name] mpirun's failure banner in the output"
   fi
