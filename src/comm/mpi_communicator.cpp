@@ -326,8 +326,6 @@ class MpiCommunicator final : public Communicator {
           topology_.node_of_rank[static_cast<size_t>(r)])]);
     }
     watchdog_->set_node_names(std::move(node_of_rank));
-    mpi_counts_.resize(static_cast<size_t>(size_));
-    mpi_displs_.resize(static_cast<size_t>(size_));
     progress_ = std::thread([this] { progress(); });
   }
 
@@ -374,7 +372,7 @@ class MpiCommunicator final : public Communicator {
     // Ownership: a balanced split, the first numel % N ranks own one element more.
     Chunks chunks = checker_.balanced(numel);
     const int64_t moved = 2 * checker_.others_bytes(chunks, es);
-    const int64_t across = 2 * across_nodes(chunks, es);  // before `chunks` moves below
+    const int64_t across = 2 * across_nodes(chunks, es, moved / 2);  // before `chunks` moves
     return issue(call, &CommStats::all_reduce, moved, across, buffer.nbytes(), options,
                  [this, call, chunks = std::move(chunks), op] {
       if (size_ == 1 || call.input.numel() == 0) return;
@@ -394,7 +392,7 @@ class MpiCommunicator final : public Communicator {
     Chunks chunks = checker_.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
     const int64_t es = input.element_size();
     const int64_t moved = checker_.others_bytes(chunks, es);
-    const int64_t across = across_nodes(chunks, es);  // before `chunks` moves below
+    const int64_t across = across_nodes(chunks, es, moved);  // before `chunks` moves below
     return issue(call, &CommStats::reduce_scatter, moved, across, input.nbytes(), options,
                  [this, call, chunks = std::move(chunks), op] {
       const int64_t es = call.input.element_size();
@@ -455,7 +453,7 @@ class MpiCommunicator final : public Communicator {
     Chunks chunks = checker_.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
     const int64_t es = output.element_size();
     const int64_t moved = checker_.others_bytes(chunks, es);
-    const int64_t across = across_nodes(chunks, es);  // before `chunks` moves below
+    const int64_t across = across_nodes(chunks, es, moved);  // before `chunks` moves below
     return issue(call, &CommStats::all_gather, moved, across, output.nbytes(), options,
                  [this, call, chunks = std::move(chunks)] {
       const int64_t es = call.output.element_size();
@@ -634,8 +632,6 @@ class MpiCommunicator final : public Communicator {
   }
 
   // ---- schedules ---------------------------------------------------------------------------
-
-  int mod(int64_t x) const { return flat_.mod(x); }
 
   std::byte* scratch(int64_t bytes) { return scratch_.at_least(bytes, rank_); }
 
@@ -894,10 +890,11 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Note [Counting communicated bytes]: what this rank receives from another node in one
-  // reduce-scatter or all-gather of `chunks`. Flat ring: everything when rank r-1 is on another
-  // node. Hierarchical: the other nodes' chunks of its super-chunk (the inter-node ring).
-  int64_t across_nodes(const Chunks& chunks, int64_t es) const {
-    if (!hierarchical_) return receives_across_nodes_ ? checker_.others_bytes(chunks, es) : 0;
+  // reduce-scatter or all-gather of `chunks`, which moves `moved` bytes in all. Flat ring:
+  // everything when rank r-1 is on another node. Hierarchical: the other nodes' chunks of its
+  // super-chunk (the inter-node ring).
+  int64_t across_nodes(const Chunks& chunks, int64_t es, int64_t moved) const {
+    if (!hierarchical_) return receives_across_nodes_ ? moved : 0;
     int64_t bytes = 0;
     for (int n = 0; n < inter_.size; ++n) {
       if (n != inter_.rank) bytes += chunks.counts[n * intra_.size + intra_.rank] * es;

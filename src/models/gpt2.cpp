@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -67,6 +68,36 @@ void validate(const GPT2Config& c) {
 at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   if (!training || p <= 0.0) return x;
   return at::dropout(x, p, /*train=*/true);
+}
+
+// c_attn's output [B, T, 3C] as q, k, v of [B, n_head, T, C / n_head] each.
+std::vector<at::Tensor> split_heads(const at::Tensor& qkv, int64_t n_head) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  std::vector<at::Tensor> heads = qkv.split(C, /*dim=*/2);
+  for (at::Tensor& h : heads) h = h.view({B, T, n_head, C / n_head}).transpose(1, 2);
+  return heads;
+}
+
+// Scaled dot-product attention of q [B, nh, T, hd] over k, v [B, nh, S, hd]: causal (query i
+// sees keys <= i, with T == S), or query i sees key j where `allowed` [T, S] is true, with
+// dropout p on the weights. libtorch 1.x (Debian's libtorch-dev) has no fused kernel: the
+// same in ATen operations there.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& allowed, bool causal, double p) {
+#if TORCH_VERSION_MAJOR >= 2
+  // No mask at all unless one is given (an undefined tensor is not "no mask" to every kernel).
+  const std::optional<at::Tensor> mask =
+      allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt;
+  return at::scaled_dot_product_attention(q, k, v, mask, p, causal);
+#else
+  const int64_t T = q.size(2), S = k.size(2);
+  auto att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  const at::Tensor sees =
+      causal ? at::ones({T, S}, q.options().dtype(at::kBool)).tril(/*diagonal=*/S - T) : allowed;
+  if (sees.defined()) att = att.masked_fill(sees.logical_not(), -std::numeric_limits<float>::infinity());
+  att = maybe_dropout(at::softmax(att, /*dim=*/-1), p, p > 0.0);
+  return at::matmul(att, v);
+#endif
 }
 
 torch::nn::LayerNorm make_layer_norm(const GPT2Config& c) {
@@ -220,61 +251,33 @@ AttentionImpl::AttentionImpl(const GPT2Config& config)
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x) {
-  const int64_t B = x.size(0);
-  const int64_t T = x.size(1);
-  const int64_t C = x.size(2);
-  const int64_t hd = C / n_head_;
-  const auto qkv = c_attn->forward(x).split(C, /*dim=*/2);
-  // [B, T, C] -> [B, nh, T, hd]
-  const auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);
-  const auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
-  const auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
+  const std::vector<at::Tensor> qkv = split_heads(c_attn->forward(x), n_head_);
   const double p = is_training() ? dropout_ : 0.0;
-#if TORCH_VERSION_MAJOR >= 2
-  at::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p,
-                                                  /*is_causal=*/true);
-#else
-  auto att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  const auto mask =
-      at::ones({T, T}, x.options().dtype(at::kBool)).triu(/*diagonal=*/1);  // future positions
-  att = att.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  att = at::softmax(att, /*dim=*/-1);
-  att = maybe_dropout(att, p, p > 0.0);
-  at::Tensor y = at::matmul(att, v);
-#endif
-  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  at::Tensor y = attend(qkv[0], qkv[1], qkv[2], /*allowed=*/{}, /*causal=*/true, p);
+  y = y.transpose(1, 2).contiguous().view(x.sizes());
   return maybe_dropout(c_proj->forward(y), dropout_, is_training());
 }
 
 at::Tensor AttentionImpl::forward_cached(const at::Tensor& x, at::Tensor& past_keys,
                                          at::Tensor& past_values) {
-  const int64_t B = x.size(0);
+  const std::vector<at::Tensor> qkv = split_heads(c_attn->forward(x), n_head_);
   const int64_t T = x.size(1);
-  const int64_t C = x.size(2);
-  const int64_t hd = C / n_head_;
-  const auto qkv = c_attn->forward(x).split(C, /*dim=*/2);
-  const auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);
-  at::Tensor k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
-  at::Tensor v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
   const int64_t past = past_keys.defined() ? past_keys.size(2) : 0;
-  if (past > 0) {
-    k = at::cat({past_keys, k}, 2);
-    v = at::cat({past_values, v}, 2);
-  }
+  at::Tensor k = past > 0 ? at::cat({past_keys, qkv[1]}, 2) : qkv[1];
+  at::Tensor v = past > 0 ? at::cat({past_values, qkv[2]}, 2) : qkv[2];
   past_keys = k;
   past_values = v;
   at::Tensor y;
   if (past == 0 || T == 1) {
     // A prompt from the start is causal; one new token sees every position.
-    y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0,
-                                         /*is_causal=*/past == 0 && T > 1);
+    y = attend(qkv[0], k, v, /*allowed=*/{}, /*causal=*/past == 0 && T > 1, 0.0);
   } else {
     // New position i (absolute past + i) sees positions <= past + i.
     const at::Tensor allowed = at::ones({T, past + T}, x.options().dtype(at::kBool))
                                    .tril(/*diagonal=*/past);
-    y = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false);
+    y = attend(qkv[0], k, v, allowed, /*causal=*/false, 0.0);
   }
-  y = y.transpose(1, 2).contiguous().view({B, T, C});
+  y = y.transpose(1, 2).contiguous().view(x.sizes());
   return c_proj->forward(y);
 }
 
