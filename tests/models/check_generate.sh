@@ -6,13 +6,8 @@
 #   check_generate.sh ZERO_GENERATE ZERO_TRAIN ZERO_RUN PYTHON WORK_DIR
 set -uo pipefail
 zero_generate="$1"; zero_train="$2"; zero_run="$3"; python="$4"; work="$5"
-repo="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$repo"
-if ! "$python" -c 'import transformers' >/dev/null 2>&1; then
-  echo "transformers is not installed for $python: skipped"; exit 77
-fi
-rm -rf "$work"; mkdir -p "$work"
-fail() { echo "CHECK FAILED: $*"; exit 1; }
+source "$(dirname "$0")/../lib/transformers_test.sh"
+transformers_test "$python" "$work"
 prompt="The whale and the sea"
 # A small random GPT-2 (context 64), and its greedy continuation by transformers.
 expected="$("$python" - "$work/hf" "$prompt" <<'PY'

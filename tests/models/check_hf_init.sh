@@ -6,13 +6,8 @@
 #   check_hf_init.sh TEST_BINARY ZERO_TRAIN ZERO_RUN ZERO_CKPT MPIEXEC PYTHON WORK_DIR
 set -uo pipefail
 test_binary="$1"; zero_train="$2"; zero_run="$3"; zero_ckpt="$4"; mpiexec="$5"; python="$6"; work="$7"
-repo="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$repo"
-if ! "$python" -c 'import transformers, safetensors' >/dev/null 2>&1; then
-  echo "transformers is not installed for $python: skipped"; exit 77
-fi
-rm -rf "$work"; mkdir -p "$work"
-fail() { echo "CHECK FAILED: $*"; exit 1; }
+source "$(dirname "$0")/../lib/transformers_test.sh"
+transformers_test "$python" "$work" safetensors
 cat > "$work/config.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
  "zero_optimization": {"stage": 2}}

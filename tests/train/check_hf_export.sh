@@ -7,13 +7,8 @@
 #   check_hf_export.sh ZERO_TRAIN ZERO_RUN ZERO_CKPT PYTHON WORK_DIR
 set -uo pipefail
 zero_train="$1"; zero_run="$2"; zero_ckpt="$3"; python="$4"; work="$5"
-repo="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$repo"
-if ! "$python" -c 'import transformers' >/dev/null 2>&1; then
-  echo "transformers is not installed for $python: skipped"; exit 77
-fi
-rm -rf "$work"; mkdir -p "$work"
-fail() { echo "CHECK FAILED: $*"; exit 1; }
+source "$(dirname "$0")/../lib/transformers_test.sh"
+transformers_test "$python" "$work"
 cat > "$work/config.json" <<'JSON'
 {"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}, "zero_optimization": {"stage": 2}}
