@@ -46,3 +46,6 @@ zero_add_test(NAME test_memory_plan SOURCES test_memory_plan.cpp LIBS zero_engin
 # White-box (it reads the engine's overlapped-step count), so on the static library.
 zero_add_test(NAME test_device_offload SOURCES test_device_offload.cpp
               LIBS zero_engine_harness_internal INTERNAL RANKS 1 2 3 TIMEOUT 600)
+# ZeRO++ (Note [ZeRO++]): on virtual nodes of 2 ranks (INTERNAL: the MPI communicator's options).
+zero_add_test(NAME test_zeropp SOURCES test_zeropp.cpp INTERNAL LIBS zero_engine_harness_internal
+              RANKS 4 6 TIMEOUT 300)

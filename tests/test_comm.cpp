@@ -788,6 +788,89 @@ TEST(Comm, TopologyAndBytesAcrossNodes) {
   }
 }
 
+// CollectiveGroup: all_to_all over every rank, and all_gather, reduce_scatter and all_to_all
+// over the node groups, on every way to cut the ranks into nodes (1 node, 1 rank per node and
+// everything between), with their counts (Note [Counting communicated bytes]).
+TEST(Comm, NodeGroupsAndAllToAll) {
+  const int n = world()->size();
+  const int r = world()->rank();
+  for (int m = 1; m <= n; ++m) {
+    if (n % m != 0) continue;
+    auto comm = virtual_nodes(m, true);
+    SCOPED_TRACE("nodes of " + std::to_string(m) + " ranks");
+    ASSERT_TRUE(comm->capabilities().node_groups);
+    const int k = n / m, node = r / m, local = r % m;
+    const int64_t chunk = 7;  // elements per rank
+    // all_to_all over every rank: chunk j of rank r holds r * 1000 + j.
+    {
+      comm->reset_stats();
+      at::Tensor input = at::empty({n * chunk}, at::kLong);
+      for (int j = 0; j < n; ++j) input.narrow(0, j * chunk, chunk).fill_(r * 1000 + j);
+      at::Tensor output = at::full({n * chunk}, -1, at::kLong);
+      comm->all_to_all(input, output)->wait();
+      for (int j = 0; j < n; ++j) {
+        EXPECT_TRUE(output.narrow(0, j * chunk, chunk).eq(j * 1000 + r).all().item<bool>()) << j;
+      }
+      const CommStats s = comm->stats();
+      EXPECT_EQ(s.all_to_all.calls, 1);
+      EXPECT_EQ(s.all_to_all.bytes, (n - 1) * chunk * 8);
+      EXPECT_EQ(s.inter_node_bytes, (n - m) * chunk * 8);  // from the ranks of other nodes
+    }
+    // The node group: ranks node * m .. node * m + m - 1; across nodes: local, m + local, ...
+    for (CollectiveGroup group : {CollectiveGroup::kNode, CollectiveGroup::kAcrossNodes}) {
+      const bool inside = group == CollectiveGroup::kNode;
+      const int size = inside ? m : k;
+      const int me = inside ? local : node;
+      const auto member = [&](int j) { return inside ? node * m + j : j * m + local; };
+      CollectiveOptions options;
+      options.group = group;
+      comm->reset_stats();
+      at::Tensor mine = at::full({chunk}, static_cast<float>(r));
+      at::Tensor gathered = at::full({size * chunk}, -1.f);
+      comm->all_gather(mine, gathered, {}, options)->wait();
+      for (int j = 0; j < size; ++j) {
+        EXPECT_TRUE(gathered.narrow(0, j * chunk, chunk).eq(member(j)).all().item<bool>())
+            << (inside ? "node" : "across") << " all_gather, chunk " << j;
+      }
+      // reduce_scatter: chunk j of rank r holds r + j; the group's sum of chunk `me`.
+      at::Tensor input = at::empty({size * chunk});
+      for (int j = 0; j < size; ++j) input.narrow(0, j * chunk, chunk).fill_(static_cast<float>(r + j));
+      at::Tensor reduced = at::empty({chunk});
+      comm->reduce_scatter(input, reduced, ReduceOp::kSum, {}, options)->wait();
+      float expected = 0;
+      for (int j = 0; j < size; ++j) expected += static_cast<float>(member(j) + me);
+      EXPECT_TRUE(reduced.eq(expected).all().item<bool>()) << (inside ? "node" : "across");
+      at::Tensor send = at::empty({size * chunk}, at::kInt);
+      for (int j = 0; j < size; ++j) send.narrow(0, j * chunk, chunk).fill_(r * 1000 + member(j));
+      at::Tensor received = at::empty({size * chunk}, at::kInt);
+      comm->all_to_all(send, received, options)->wait();
+      for (int j = 0; j < size; ++j) {
+        EXPECT_TRUE(received.narrow(0, j * chunk, chunk).eq(member(j) * 1000 + r).all().item<bool>())
+            << (inside ? "node" : "across") << " all_to_all, chunk " << j;
+      }
+      const CommStats s = comm->stats();
+      const int64_t gather_bytes = (size - 1) * chunk * 4;
+      EXPECT_EQ(s.all_gather.bytes, gather_bytes);
+      EXPECT_EQ(s.reduce_scatter.bytes, gather_bytes);
+      EXPECT_EQ(s.all_to_all.bytes, gather_bytes);
+      EXPECT_EQ(s.inter_node_bytes, inside ? 0 : 3 * gather_bytes);
+    }
+    // Only the chunked collectives take a group; a group's counts are the group's.
+    CollectiveOptions in_node;
+    in_node.group = CollectiveGroup::kNode;
+    at::Tensor buffer = at::zeros({4});
+    EXPECT_THROW((void)comm->broadcast(buffer, 0, in_node), Error);
+    EXPECT_THROW((void)comm->all_reduce(buffer, ReduceOp::kSum, in_node), Error);
+    at::Tensor out = at::zeros({4 * (m + 1)});
+    EXPECT_THROW((void)comm->all_gather(buffer, out, {}, in_node), Error);
+    at::Tensor odd = at::zeros({m * 4 + 1});
+    if (m > 1) {
+      EXPECT_THROW((void)comm->all_to_all(odd, at::zeros({m * 4 + 1}), in_node), Error);
+    }
+    EXPECT_THROW((void)comm->all_to_all(buffer.narrow(0, 0, 2), buffer.narrow(0, 1, 2)), Error);
+  }
+}
+
 TEST(Comm, StatsCanBeReadFromAnotherThread) {
   auto comm = world();
   comm->reset_stats();

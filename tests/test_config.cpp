@@ -283,7 +283,9 @@ TEST(Config, EffectiveJson) {
             R"("stage3_max_live_parameters":1000000000,"stage3_max_reuse_distance":1000000000,)"
             R"("stage3_model_persistence_threshold":9223372036854775807,)"
             R"("stage3_param_persistence_threshold":100000,)"
-            R"("stage3_prefetch_bucket_size":50000000,"sub_group_size":1000000000}})");
+            R"("stage3_prefetch_bucket_size":50000000,"sub_group_size":1000000000,)"
+            R"("zero_hpz_partition_size":1,"zero_quantized_gradients":false,)"
+            R"("zero_quantized_weights":false}})");
   // The effective JSON is itself a config that parses to the same effective JSON.
   EXPECT_EQ(parse_config(a.effective_json, 2).effective_json, a.effective_json);
   // Equivalent configs have the same canonical form ("Adam" is AdamW by default; the triple
@@ -510,8 +512,18 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
         "a DeepSpeed stage-3 internal that zero does not implement"}},
       {"sub_group_size zero", with(R"("zero_optimization": {"sub_group_size": 0})"), 1,
        {"zero_optimization.sub_group_size = 0", "an integer number of elements >= 1"}},
-      {"ZeRO++", with(R"("zero_optimization": {"zero_quantized_gradients": true})"), 1,
-       {"zero_optimization.zero_quantized_gradients = true is not supported yet"}},
+      {"ZeRO++ below stage 3", with(R"("zero_optimization": {"zero_quantized_gradients": true})"), 1,
+       {"zero_optimization.zero_quantized_gradients = true needs zero_optimization.stage 3",
+        "the stage is 0", "allowed at this stage: the default (false)"}},
+      {"hpZ below stage 3", with(R"("zero_optimization": {"stage": 2, "zero_hpz_partition_size": 4})"), 1,
+       {"zero_optimization.zero_hpz_partition_size = 4 needs zero_optimization.stage 3"}},
+      {"hpZ zero", with(R"("zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0})"), 1,
+       {"zero_optimization.zero_hpz_partition_size = 0", "1 (off) or the number of ranks per node"}},
+      {"quantized weights not a bool", with(R"("zero_optimization": {"stage": 3, "zero_quantized_weights": "yes"})"), 1,
+       {"zero_optimization.zero_quantized_weights"}},
+      {"ZeRO++ frozen weights", with(R"("zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true})"), 1,
+       {"zero_optimization.zero_quantized_nontrainable_weights = true is not supported yet",
+        "quantized frozen weights and LoCo error feedback are not implemented"}},
       {"legacy cpu_offload", with(R"("zero_optimization": {"cpu_offload": true})"), 1,
        {"zero_optimization.cpu_offload = true is not supported yet"}},
       {"zero_optimization number", with(R"("zero_optimization": 2)"), 1,
@@ -847,6 +859,27 @@ TEST(Config, Stage3) {
   EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 1000);
   EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 2000000000);
   EXPECT_TRUE(c.zero_optimization.stage3_gather_16bit_weights_on_model_save);
+}
+
+TEST(Config, ZeroPlusPlus) {
+  const ZeroPlusPlusConfig off = parse_config(with(R"("zero_optimization": {"stage": 3})"), 1)
+                                     .zero_optimization.zeropp;
+  EXPECT_FALSE(off.enabled());
+  EXPECT_EQ(off.hpz_partition_size, 1);
+  const Config c = parse_config(
+      with(R"("zero_optimization": {"stage": 3, "zero_quantized_weights": true,
+               "zero_hpz_partition_size": 8, "zero_quantized_gradients": true})"), 1);
+  const ZeroPlusPlusConfig& z = c.zero_optimization.zeropp;
+  EXPECT_TRUE(z.enabled());
+  EXPECT_TRUE(z.quantized_weights);
+  EXPECT_TRUE(z.quantized_gradients);
+  EXPECT_EQ(z.hpz_partition_size, 8);
+  // Spelled-out defaults are accepted at every stage.
+  for (int stage : {0, 1, 2, 3}) {
+    EXPECT_NO_THROW(parse_config(with(R"("zero_optimization": {"stage": )" + std::to_string(stage) +
+                                      R"(, "zero_quantized_weights": false, "zero_hpz_partition_size": 1,
+                                      "zero_quantized_gradients": false})"), 1));
+  }
 }
 
 TEST(Config, Stage3InvalidValues) {

@@ -27,6 +27,8 @@
 //   all_gather:      bytes of the chunks owned by other ranks   ((N-1)/N of the output when even)
 //   all_reduce:      the sum of the two above                   (2(N-1)/N of the buffer)
 //   broadcast:       the buffer's bytes on every rank except the root (what each receives)
+//   all_to_all:      bytes of the chunks sent to other ranks     ((N-1)/N of the input)
+// where N and "other ranks" are those of the collective's group (CollectiveGroup).
 // With one rank nothing moves and nothing is counted (calls still are). Counted when the
 // collective is issued.
 // Of those, CommStats::inter_node_bytes counts what crosses the node boundary (Note
@@ -71,10 +73,12 @@ struct ZERO_API CommStats {
   CollectiveCount reduce_scatter;
   CollectiveCount all_gather;
   CollectiveCount broadcast;
+  CollectiveCount all_to_all;
   /// Of the bytes above, those received from another node (Note [Counting communicated bytes]).
   int64_t inter_node_bytes = 0;
   int64_t total_bytes() const {
-    return all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + broadcast.bytes;
+    return all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + broadcast.bytes +
+           all_to_all.bytes;
   }
   CommStats& operator+=(const CommStats& other);
 };
@@ -105,6 +109,16 @@ struct ZERO_API Topology {
   static Topology single_node(int world_size, const std::string& name);
 };
 
+/// The ranks one collective runs over. Groups other than kAll need a blocked topology
+/// (Topology::blocked: m consecutive ranks on each of k nodes) and a backend whose
+/// capabilities() say node_groups; inside a group, ranks are numbered in rank order, and
+/// counts, chunks and roots refer to those numbers.
+enum class CollectiveGroup {
+  kAll,          // every rank of the communicator
+  kNode,         // the m ranks of this rank's node: nothing crosses nodes
+  kAcrossNodes,  // the k ranks with this rank's local index, one per node: everything does
+};
+
 /// What one collective asks for beyond its buffers.
 struct ZERO_API CollectiveOptions {
   /// Seconds this collective may take before the job is ended (Note [Collective timeout] in
@@ -113,6 +127,8 @@ struct ZERO_API CollectiveOptions {
   /// Device backends: the stream the collective is ordered after (a cudaStream_t); null: the
   /// backend's own communication stream. CPU backends ignore it.
   void* stream = nullptr;
+  /// reduce_scatter, all_gather and all_to_all: the ranks it runs over (others: kAll only).
+  CollectiveGroup group = CollectiveGroup::kAll;
 };
 
 /// What a backend guarantees beyond the interface.
@@ -125,6 +141,8 @@ struct ZERO_API CommCapabilities {
   /// between nodes on one rank per node and chunk group (the MPI backend's Note [Hierarchical
   /// collectives]); the reduction order then depends on the topology too.
   bool hierarchical = false;
+  /// Collectives over CollectiveGroup::kNode and kAcrossNodes (on a blocked topology).
+  bool node_groups = false;
 };
 
 /// One collective (or in_order task) in flight. Collectives of a communicator complete in the
@@ -187,6 +205,12 @@ class ZERO_API Communicator {
   /// input.numel(). `input` may alias output's own chunk (in place).
   [[nodiscard]] virtual WorkHandle all_gather(const at::Tensor& input, const at::Tensor& output,
                                               const std::vector<int64_t>& counts = {},
+                                              const CollectiveOptions& options = {}) = 0;
+
+  /// Chunk j of `input` (N equal chunks, N the group's size) goes to the group's rank j, and
+  /// chunk j of `output` (the same numel and dtype) comes from it. `input` and `output` must
+  /// not overlap. Any copyable dtype.
+  [[nodiscard]] virtual WorkHandle all_to_all(const at::Tensor& input, const at::Tensor& output,
                                               const CollectiveOptions& options = {}) = 0;
 
   /// Copies `root`'s buffer into every rank's buffer.

@@ -121,6 +121,23 @@ struct ZERO_API ActivationCheckpointingConfig {
   bool profile = false;            // time forwards and recomputes
 };
 
+/// ZeRO++ (DeepSpeed's keys; arXiv 2306.10209), stage 3 only: less traffic between nodes
+/// (Note [ZeRO++] in src/engine/stage3_engine.cpp, docs/config.md).
+struct ZERO_API ZeroPlusPlusConfig {
+  /// qwZ: the forward's parameter all-gathers move int8 with block scales; the fp32 master
+  /// weights and the stored shards are untouched.
+  bool quantized_weights = false;
+  /// hpZ: 1 (off), or the ranks per node: each node keeps a secondary copy of the gathered
+  /// parameters partitioned over its ranks, and gathers after the first of a step stay inside
+  /// the node.
+  int64_t hpz_partition_size = 1;
+  /// qgZ: the part of the gradient reduce-scatter that crosses nodes moves int4 with block
+  /// scales (the part inside a node stays exact).
+  bool quantized_gradients = false;
+
+  bool enabled() const { return quantized_weights || hpz_partition_size > 1 || quantized_gradients; }
+};
+
 struct ZERO_API ZeroOptimizationConfig {
   int stage = 0;                            // 0, 1, 2 or 3
   int64_t reduce_bucket_size = 500000000;   // elements per gradient bucket
@@ -146,6 +163,8 @@ struct ZERO_API ZeroOptimizationConfig {
   OffloadConfig offload_optimizer;
   /// The partitioned 16-bit parameter shards (stage 3); DeepSpeed's buffer_count default is 5.
   OffloadConfig offload_param{OffloadDevice::kNone, false, {}, 5};
+  /// zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients.
+  ZeroPlusPlusConfig zeropp;
 
   bool overlap_comm_enabled() const { return overlap_comm.value_or(stage == 3); }
 };

@@ -12,7 +12,7 @@ namespace zero {
 
 CommStats& CommStats::operator+=(const CommStats& other) {
   for (auto which : {&CommStats::all_reduce, &CommStats::reduce_scatter, &CommStats::all_gather,
-                     &CommStats::broadcast}) {
+                     &CommStats::broadcast, &CommStats::all_to_all}) {
     (this->*which).calls += (other.*which).calls;
     (this->*which).bytes += (other.*which).bytes;
   }

@@ -55,7 +55,9 @@ class HostStagedCommunicator final : public Communicator {
                             const std::vector<int64_t>& counts,
                             const CollectiveOptions& options) override {
     Call call{"reduce_scatter", input, output, counts, /*has_counts=*/true};
-    checker(input).check_chunked(call, input, "input", output, "output", /*reduction=*/true);
+    if (options.group == CollectiveGroup::kAll) {  // a node group's chunks: the host checks
+      checker(input).check_chunked(call, input, "input", output, "output", /*reduction=*/true);
+    }
     if (!staged(input)) return host_->reduce_scatter(input, output, op, counts, options);
     return stage(options, {input, output},
                  [this, op, counts, options](const std::vector<at::Tensor>& h) {
@@ -67,12 +69,23 @@ class HostStagedCommunicator final : public Communicator {
                         const std::vector<int64_t>& counts,
                         const CollectiveOptions& options) override {
     Call call{"all_gather", input, output, counts, /*has_counts=*/true};
-    checker(output).check_chunked(call, output, "output", input, "input", /*reduction=*/false);
+    // A node group's chunks are the group's: the host checks them (CollectiveGroup).
+    if (options.group == CollectiveGroup::kAll) {
+      checker(output).check_chunked(call, output, "output", input, "input", /*reduction=*/false);
+    }
     if (!staged(output)) return host_->all_gather(input, output, counts, options);
     return stage(options, {input, output},
                  [this, counts, options](const std::vector<at::Tensor>& h) {
                    host_->all_gather(h[0], h[1], counts, options)->wait();
                  });
+  }
+
+  WorkHandle all_to_all(const at::Tensor& input, const at::Tensor& output,
+                        const CollectiveOptions& options) override {
+    if (!staged(input) && !staged(output)) return host_->all_to_all(input, output, options);
+    return stage(options, {input, output}, [this, options](const std::vector<at::Tensor>& h) {
+      host_->all_to_all(h[0], h[1], options)->wait();
+    });
   }
 
   WorkHandle broadcast(const at::Tensor& buffer, int root,

@@ -289,18 +289,25 @@ class MpiCommunicator final : public Communicator {
     receives_across_nodes_ =
         topology_.node_of_rank[static_cast<size_t>(flat_.mod(rank_ - 1))] !=
         topology_.node_of_rank[static_cast<size_t>(rank_)];
-    if (options.hierarchical && topology_.nodes() > 1 && topology_.blocked() &&
-        topology_.ranks_per_node() > 1) {
+    if (topology_.blocked()) {
+      // The node groups (CollectiveGroup), which the hierarchical schedules run on too.
       const int m = topology_.ranks_per_node();
-      const Call call{"hierarchical communicators"};
+      const Call call{"node group communicators"};
       MPI_Comm intra = MPI_COMM_NULL, inter = MPI_COMM_NULL;
       check_mpi(call, MPI_Comm_split(comm_, rank_ / m, rank_, &intra), "MPI_Comm_split (node)");
       check_mpi(call, MPI_Comm_split(comm_, rank_ % m, rank_, &inter), "MPI_Comm_split (local index)");
       intra_ = Ring{intra, rank_ % m, m, rank_ - rank_ % m, 1};
       inter_ = Ring{inter, rank_ / m, topology_.nodes(), rank_ % m, m};
-      hierarchical_ = true;
-      // The ranks of a node share its /dev/shm (virtual nodes share the machine's).
-      node_shared_ = std::make_unique<SharedSegments>(intra, intra_.rank, m, /*single_node=*/true);
+      node_groups_ = true;
+      intra_checker_ = CallChecker(backend_name() + " node group", intra_.rank, intra_.size,
+                                   c10::Device(c10::kCPU), "the MPI communicator handles CPU tensors only");
+      inter_checker_ = CallChecker(backend_name() + " group across nodes", inter_.rank, inter_.size,
+                                   c10::Device(c10::kCPU), "the MPI communicator handles CPU tensors only");
+      if (options.hierarchical && topology_.nodes() > 1 && m > 1) {
+        hierarchical_ = true;
+        // The ranks of a node share its /dev/shm (virtual nodes share the machine's).
+        node_shared_ = std::make_unique<SharedSegments>(intra, intra_.rank, m, /*single_node=*/true);
+      }
     }
     shared_ = std::make_unique<SharedSegments>(comm_, rank_, size_, topology_.nodes() == 1);
     shared_->map_progress_board();
@@ -343,7 +350,7 @@ class MpiCommunicator final : public Communicator {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
-      if (hierarchical_) {
+      if (node_groups_) {
         MPI_Comm_free(&intra_.comm);
         MPI_Comm_free(&inter_.comm);
       }
@@ -359,12 +366,14 @@ class MpiCommunicator final : public Communicator {
     capabilities.deterministic_reduction = true;  // Note [MPI ring order]
     capabilities.shared_buffers = shared_->enabled();
     capabilities.hierarchical = hierarchical_;
+    capabilities.node_groups = node_groups_;
     return capabilities;
   }
   const Topology& topology() const override { return topology_; }
 
   WorkHandle all_reduce(const at::Tensor& buffer, ReduceOp op,
                         const CollectiveOptions& options) override {
+    check_group_is_all("all_reduce", options);
     Call call{"all_reduce", buffer};
     checker_.check_tensor(call, buffer, "buffer", /*reduction=*/true);
     const int64_t numel = buffer.numel();
@@ -388,6 +397,9 @@ class MpiCommunicator final : public Communicator {
   WorkHandle reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                             const std::vector<int64_t>& counts,
                             const CollectiveOptions& options) override {
+    if (options.group != CollectiveGroup::kAll) {
+      return group_reduce_scatter(input, output, op, counts, options);
+    }
     Call call{"reduce_scatter", input, output, counts, /*has_counts=*/true};
     Chunks chunks = checker_.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
     const int64_t es = input.element_size();
@@ -449,6 +461,7 @@ class MpiCommunicator final : public Communicator {
   WorkHandle all_gather(const at::Tensor& input, const at::Tensor& output,
                         const std::vector<int64_t>& counts,
                         const CollectiveOptions& options) override {
+    if (options.group != CollectiveGroup::kAll) return group_all_gather(input, output, counts, options);
     Call call{"all_gather", input, output, counts, /*has_counts=*/true};
     Chunks chunks = checker_.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
     const int64_t es = output.element_size();
@@ -468,8 +481,63 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  WorkHandle all_to_all(const at::Tensor& input, const at::Tensor& output,
+                        const CollectiveOptions& options) override {
+    const Ring& ring = ring_of(options.group);
+    const CallChecker& checker = checker_of(options.group);
+    Call call{group_op("all_to_all", options.group), input, output};
+    checker.check_tensor(call, input, "input", /*reduction=*/false);
+    checker.check_tensor(call, output, "output", /*reduction=*/false);
+    checker.check_same_dtype(call, input, output);
+    const int64_t es = input.element_size();
+    ZERO_CHECK(input.numel() == output.numel() && input.numel() % ring.size == 0,
+               checker.describe(call), ": input and output must hold the same number of ",
+               "elements, a multiple of the group's ", ring.size, " ranks");
+    const std::byte* in_begin = bytes_of(input);
+    const std::byte* out_begin = bytes_of(output);
+    ZERO_CHECK(input.numel() == 0 || in_begin + input.nbytes() <= out_begin ||
+                   out_begin + output.nbytes() <= in_begin,
+               checker.describe(call), ": input and output overlap");
+    const int64_t chunk_bytes = input.numel() / ring.size * es;
+    const int64_t moved = (ring.size - 1) * chunk_bytes;
+    int64_t across = group_across_nodes(options.group, moved);
+    if (options.group == CollectiveGroup::kAll) {  // a chunk from every rank of another node
+      across = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (topology_.node_of_rank[static_cast<size_t>(r)] !=
+            topology_.node_of_rank[static_cast<size_t>(rank_)]) {
+          across += chunk_bytes;
+        }
+      }
+    }
+    return issue(call, &CommStats::all_to_all, moved, across, input.nbytes(), options,
+                 [this, call, &ring, chunk_bytes] {
+      const std::byte* in = bytes_of(call.input);
+      std::byte* out = bytes_of(call.output);
+      if (chunk_bytes == 0) return;
+      const int64_t own = static_cast<int64_t>(ring.rank) * chunk_bytes;
+      std::memcpy(out + own, in + own, static_cast<size_t>(chunk_bytes));
+      // Pairwise exchange: at step s, send to rank + s and receive from rank - s, in pieces of
+      // at most max_message_bytes (MPI counts are int).
+      for (int s = 1; s < ring.size; ++s) {
+        const int to = ring.mod(ring.rank + s);
+        const int from = ring.mod(ring.rank - s);
+        watchdog_->waiting_on(ring.first + from * ring.stride);
+        for (int64_t done = 0; done < chunk_bytes; done += max_message_bytes_) {
+          const int piece = static_cast<int>(std::min(max_message_bytes_, chunk_bytes - done));
+          check_mpi(call,
+                    MPI_Sendrecv(in + to * chunk_bytes + done, piece, MPI_BYTE, to, kRingTag,
+                                 out + from * chunk_bytes + done, piece, MPI_BYTE, from, kRingTag,
+                                 ring.comm, MPI_STATUS_IGNORE),
+                    "MPI_Sendrecv (all_to_all)");
+        }
+      }
+    });
+  }
+
   WorkHandle broadcast(const at::Tensor& buffer, int root,
                        const CollectiveOptions& options) override {
+    check_group_is_all("broadcast", options);
     Call call{"broadcast", buffer};
     call.has_root = true;
     call.root = root;
@@ -490,6 +558,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkHandle barrier(const CollectiveOptions& options) override {
+    check_group_is_all("barrier", options);
     const Call call{"barrier"};
     return issue(call, nullptr, 0, 0, 0, options,
                  [this, call] { check_mpi(call, MPI_Barrier(comm_), "MPI_Barrier"); });
@@ -590,6 +659,106 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // ---- node groups (CollectiveGroup) ------------------------------------------------------
+
+  static const char* group_op(const char* op, CollectiveGroup group) {
+    const bool gather = std::strcmp(op, "all_gather") == 0;
+    const bool scatter = std::strcmp(op, "reduce_scatter") == 0;
+    switch (group) {
+      case CollectiveGroup::kAll:
+        return op;
+      case CollectiveGroup::kNode:
+        return gather ? "all_gather (node group)"
+                      : scatter ? "reduce_scatter (node group)" : "all_to_all (node group)";
+      case CollectiveGroup::kAcrossNodes:
+        return gather ? "all_gather (group across nodes)"
+                      : scatter ? "reduce_scatter (group across nodes)"
+                                : "all_to_all (group across nodes)";
+    }
+    return op;
+  }
+
+  void check_group_is_all(const char* op, const CollectiveOptions& options) const {
+    ZERO_CHECK(options.group == CollectiveGroup::kAll, op, " (mpi, rank ", rank_,
+               " of world size ", size_, "): runs over every rank only (CollectiveGroup::kAll)");
+  }
+
+  // The ring of a group; its rank and size are the group's.
+  const Ring& ring_of(CollectiveGroup group) const {
+    if (group == CollectiveGroup::kAll) return flat_;
+    ZERO_CHECK(node_groups_, "collective over ",
+               group == CollectiveGroup::kNode ? "the node group" : "the group across nodes",
+               " (mpi, rank ", rank_, " of world size ", size_, "): node groups need every node ",
+               "to hold the same number of consecutive ranks, but the ranks run on ",
+               topology_.describe());
+    return group == CollectiveGroup::kNode ? intra_ : inter_;
+  }
+  const CallChecker& checker_of(CollectiveGroup group) const {
+    if (group == CollectiveGroup::kAll) return checker_;
+    ring_of(group);  // checks that the groups exist
+    return group == CollectiveGroup::kNode ? intra_checker_ : inter_checker_;
+  }
+  // Of `moved` bytes within a group, those that cross nodes: none inside a node, all across.
+  int64_t group_across_nodes(CollectiveGroup group, int64_t moved) const {
+    switch (group) {
+      case CollectiveGroup::kAll:
+        return receives_across_nodes_ ? moved : 0;  // the flat ring's count
+      case CollectiveGroup::kNode:
+        return 0;
+      case CollectiveGroup::kAcrossNodes:
+        return moved;
+    }
+    return 0;
+  }
+
+  // reduce_scatter over a node group: the group's ring (Note [MPI ring order] over the group's
+  // ranks, in rank order).
+  WorkHandle group_reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
+                                  const std::vector<int64_t>& counts,
+                                  const CollectiveOptions& options) {
+    const Ring& ring = ring_of(options.group);
+    const CallChecker& checker = checker_of(options.group);
+    Call call{group_op("reduce_scatter", options.group), input, output, counts, /*has_counts=*/true};
+    Chunks chunks = checker.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
+    const int64_t es = input.element_size();
+    const int64_t moved = checker.others_bytes(chunks, es);
+    const int64_t across = group_across_nodes(options.group, moved);
+    return issue(call, &CommStats::reduce_scatter, moved, across, input.nbytes(), options,
+                 [this, call, &ring, chunks = std::move(chunks), op] {
+      const int64_t es = call.input.element_size();
+      std::byte* in = bytes_of(call.input);
+      std::byte* own = in + chunks.offsets[ring.rank] * es;
+      std::byte* out = bytes_of(call.output);
+      const int64_t own_bytes = chunks.counts[ring.rank] * es;
+      if (ring.size > 1 && chunks.total > 0) {
+        ring_reduce_scatter(ring, call, chunks, in, call.input.scalar_type(), es, op, out);
+      } else if (own_bytes > 0 && out != own) {
+        std::memcpy(out, own, static_cast<size_t>(own_bytes));
+      }
+    });
+  }
+
+  WorkHandle group_all_gather(const at::Tensor& input, const at::Tensor& output,
+                              const std::vector<int64_t>& counts, const CollectiveOptions& options) {
+    const Ring& ring = ring_of(options.group);
+    const CallChecker& checker = checker_of(options.group);
+    Call call{group_op("all_gather", options.group), input, output, counts, /*has_counts=*/true};
+    Chunks chunks = checker.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
+    const int64_t es = output.element_size();
+    const int64_t moved = checker.others_bytes(chunks, es);
+    const int64_t across = group_across_nodes(options.group, moved);
+    return issue(call, &CommStats::all_gather, moved, across, output.nbytes(), options,
+                 [this, call, &ring, chunks = std::move(chunks)] {
+      const int64_t es = call.output.element_size();
+      std::byte* out = bytes_of(call.output);
+      std::byte* own = out + chunks.offsets[ring.rank] * es;
+      const std::byte* in = bytes_of(call.input);
+      const int64_t own_bytes = chunks.counts[ring.rank] * es;
+      if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
+      if (ring.size > 1) all_gather_in_place(ring, call, chunks, out, es);
+    });
+  }
+
   // ---- topology --------------------------------------------------------------------------
 
   // Note [Topology]: collective, once, in the constructor.
@@ -907,9 +1076,12 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   Ring flat_;              // every rank
-  bool hierarchical_ = false;
-  Ring intra_;             // hierarchical: this node's ranks
-  Ring inter_;             // hierarchical: the ranks of this local index, one per node
+  bool node_groups_ = false;   // the topology is blocked: intra_ and inter_ exist
+  bool hierarchical_ = false;  // the hierarchical schedules run (on intra_ and inter_)
+  Ring intra_;             // this node's ranks (CollectiveGroup::kNode)
+  Ring inter_;             // the ranks of this local index, one per node (kAcrossNodes)
+  CallChecker intra_checker_{"mpi", 0, 1, c10::Device(c10::kCPU), ""};
+  CallChecker inter_checker_{"mpi", 0, 1, c10::Device(c10::kCPU), ""};
   Topology topology_;
   bool receives_across_nodes_ = false;  // rank r-1, the ring's sender, is on another node
   std::unique_ptr<SharedSegments> shared_;

@@ -484,6 +484,33 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
                                          "an integer number of elements >= 1 (e.g. 1e9)");
 }
 
+// ZeRO++'s keys (Note [ZeRO++] in src/engine/stage3_engine.cpp). Stage 3 only: DeepSpeed
+// ignores them at other stages, zero refuses them there (no silent downgrade). Whether
+// zero_hpz_partition_size matches the ranks per node is checked against the topology when
+// the engine is made.
+void parse_zeropp(const ObjectView& view, ZeroOptimizationConfig& zero) {
+  ZeroPlusPlusConfig& zeropp = zero.zeropp;
+  zeropp.quantized_weights = view.get_bool("zero_quantized_weights", false);
+  zeropp.quantized_gradients = view.get_bool("zero_quantized_gradients", false);
+  zeropp.hpz_partition_size = view.get_integer(
+      "zero_hpz_partition_size", 1, 1, kInt64Max,
+      "an integer >= 1: 1 (off) or the number of ranks per node");
+  if (zero.stage == 3) return;
+  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients", "zero_hpz_partition_size"}) {
+    const Json* given = view.given(key);
+    const bool on = std::string(key) == "zero_hpz_partition_size" ? zeropp.hpz_partition_size > 1
+                    : std::string(key) == "zero_quantized_weights" ? zeropp.quantized_weights
+                                                                    : zeropp.quantized_gradients;
+    if (given != nullptr && on) {
+      fail(view.source(), "zero_optimization." + std::string(key) + " = " + show(*given) +
+                              " needs zero_optimization.stage 3 (ZeRO++ partitions parameters), "
+                              "but the stage is " + std::to_string(zero.stage) +
+                              "; allowed at this stage: the default (" +
+                              (std::string(key) == "zero_hpz_partition_size" ? "1" : "false") + ")");
+    }
+  }
+}
+
 // zero_optimization.offload_optimizer / offload_param (DeepSpeed's DeepSpeedZeroOffload*Config).
 // `nvme_keys` are read only with device "nvme"; with another device they must be known keys,
 // as in DeepSpeed, and have no effect. Needs the stage (parse_zero).
@@ -683,6 +710,7 @@ void parse_zero(const ObjectView& top, Config& config) {
                        "implemented");
   }
   parse_stage3(view, zero);
+  parse_zeropp(view, zero);
   parse_offload(view, zero.stage, OffloadSection::kOptimizer, zero.offload_optimizer);
   parse_offload(view, zero.stage, OffloadSection::kParam, zero.offload_param);
   for (const DefaultOnlyKey& spec : config_detail::zero_default_only()) {
@@ -951,7 +979,10 @@ std::string effective_json(const Config& config) {
                                {"stage3_max_reuse_distance", zero.stage3_max_reuse_distance},
                                {"stage3_gather_16bit_weights_on_model_save",
                                 zero.stage3_gather_16bit_weights_on_model_save},
-                               {"sub_group_size", zero.sub_group_size}};
+                               {"sub_group_size", zero.sub_group_size},
+                               {"zero_quantized_weights", zero.zeropp.quantized_weights},
+                               {"zero_hpz_partition_size", zero.zeropp.hpz_partition_size},
+                               {"zero_quantized_gradients", zero.zeropp.quantized_gradients}};
   auto offload_json = [](const OffloadConfig& offload, bool optimizer) {
     const char* device = offload.device == OffloadDevice::kNvme  ? "nvme"
                          : offload.device == OffloadDevice::kCpu ? "cpu"

@@ -27,7 +27,10 @@ const char* const kStage3Note =
 const char* const kOffloadNote =
     "use zero_optimization.offload_optimizer / offload_param; the deprecated "
     "cpu_offload keys and round-robin gradient partitioning are not implemented";
-const char* const kZeroPPNote = "ZeRO++ is not implemented";
+const char* const kZeroPPNote =
+    "of ZeRO++, zero implements zero_quantized_weights, zero_hpz_partition_size and "
+    "zero_quantized_gradients; quantized frozen weights and LoCo error feedback are not "
+    "implemented";
 
 std::string lower(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -189,10 +192,7 @@ const std::vector<DefaultOnlyKey>& zero_default_only() {
       {"leaf_module", Kind::kValue, "null", "{}", kStage3Note},
       {"save_muon_momentum_buffer_in_memory", Kind::kValue, "false", nullptr, nullptr},
       {"enable_sanity_checks", Kind::kValue, "false", nullptr, nullptr},
-      {"zero_hpz_partition_size", Kind::kValue, "1", nullptr, kZeroPPNote},
-      {"zero_quantized_weights", Kind::kValue, "false", nullptr, kZeroPPNote},
       {"zero_quantized_nontrainable_weights", Kind::kValue, "false", nullptr, kZeroPPNote},
-      {"zero_quantized_gradients", Kind::kValue, "false", nullptr, kZeroPPNote},
       {"zeropp_loco_param", Kind::kValue, "null", nullptr, kZeroPPNote},
       {"mics_shard_size", Kind::kValue, "-1", nullptr, "MiCS is not implemented"},
       {"mics_hierarchical_params_gather", Kind::kValue, "false", nullptr,
@@ -288,7 +288,9 @@ const std::vector<std::string>& zero_implemented_keys() {
       "stage3_max_reuse_distance", "max_reuse_distance",
       "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
       "stage3_gather_fp16_weights_on_model_save",
-      "sub_group_size", "offload_optimizer", "offload_param"};
+      "sub_group_size", "offload_optimizer", "offload_param",
+      // ZeRO++ (config.cpp: parse_zeropp)
+      "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"};
   return keys;
 }
 

@@ -286,6 +286,33 @@ class NcclCommunicator final : public Communicator {
                });
   }
 
+  WorkHandle all_to_all(const at::Tensor& input, const at::Tensor& output,
+                        const CollectiveOptions& options) override {
+    Call call{"all_to_all", input, output};
+    const CallChecker& checker = checker_for(input);
+    checker.check_tensor(call, input, "input", /*reduction=*/false);
+    checker.check_tensor(call, output, "output", /*reduction=*/false);
+    checker.check_same_dtype(call, input, output);
+    ZERO_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0,
+               checker.describe(call), ": input and output must hold the same number of ",
+               "elements, a multiple of the ", size_, " ranks");
+    const size_t chunk_bytes = static_cast<size_t>(input.nbytes() / size_);
+    const int64_t moved = static_cast<int64_t>(chunk_bytes) * (size_ - 1);
+    return run(call, &CommStats::all_to_all, moved, options, {input, output}, [&](void* const* p) {
+      const char* in = static_cast<const char*>(p[0]);
+      char* out = static_cast<char*>(p[1]);
+      ncclResult_t rc = ncclGroupStart();
+      for (int r = 0; r < size_ && rc == ncclSuccess; ++r) {
+        rc = ncclSend(in + r * chunk_bytes, chunk_bytes, ncclUint8, r, comm_, stream_->stream());
+        if (rc == ncclSuccess) {
+          rc = ncclRecv(out + r * chunk_bytes, chunk_bytes, ncclUint8, r, comm_, stream_->stream());
+        }
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
+  }
+
   WorkHandle broadcast(const at::Tensor& buffer, int root,
                        const CollectiveOptions& options) override {
     Call call{"broadcast", buffer};
@@ -368,6 +395,10 @@ class NcclCommunicator final : public Communicator {
     std::lock_guard<std::recursive_mutex> lock(issue_mutex_);
     check_usable(call.op);
     const CallChecker& checker = checker_for(buffers.front());
+    // No silent downgrade: a collective asked of a node group does not run over every rank.
+    ZERO_CHECK(options.group == CollectiveGroup::kAll, checker.describe(call), ": the NCCL ",
+               "backend runs collectives over every rank only (CollectiveGroup::kAll); node ",
+               "groups (ZeRO++ hpZ and qgZ) need the MPI backend, or host staging over it");
     CommStats counted;
     if (which != nullptr) {
       (counted.*which).calls = 1;

@@ -39,6 +39,42 @@
 //
 // Prefetch follows the recorded order of fetches: Note [Stage 3 trace and prefetch] in
 // gather_schedule.h.
+//
+// Note [ZeRO++]
+// ~~~~~~~~~~~~~
+// Three options (zero/config.h: ZeroPlusPlusConfig; arXiv 2306.10209) cut what crosses
+// nodes, on k nodes of m ranks (N = k m, Topology::blocked). A gather delivers a "wire"
+// buffer of N chunks, chunk r from rank r, which is then decoded into the gathered buffer:
+//   plain  the stored 16-bit shards (decoding: none, or widening to the compute dtype);
+//   qwZ    (zero_quantized_weights) each rank's shard as one record of int8 with a scale
+//          per 256 values (Note [Block quantization], src/quant/block_quantization.h);
+//          decoding dequantizes. Only unit fetches (forward, backward, recompute, and
+//          evaluation forwards) are quantized: zero::GatheredParameters, state dicts,
+//          checkpoints, exports and the persistent group gather exactly, and a group gathered
+//          quantized is gathered again exactly when pinned (refused while a unit runs on it).
+//   hpZ    (zero_hpz_partition_size = m) after a unit fetch's all-gather over every rank,
+//          local rank l keeps slice l of m of the wire buffer ("secondary" partition); later
+//          unit fetches of the group gather the wire from the node's secondaries
+//          (CollectiveGroup::kNode), which moves nothing across nodes. So the forward gathers
+//          across nodes and the backward (and every fetch of later micro-steps) inside the
+//          node. The secondaries hold exactly what the first fetch delivered, so every fetch
+//          sees the same values; they are dropped whenever the shards change (optimizer step,
+//          load_checkpoint, GatheredParameters with a modifier). Memory: 1/m of the wire per
+//          group and rank, kept between steps.
+//   qgZ    (zero_quantized_gradients) the gradient reduce-scatter in two hops: an exact
+//          reduce-scatter inside the node gives local rank l the node's sums of the chunks of
+//          local index l on every node; those k chunks are quantized (int4, a scale per 128
+//          values) and exchanged with the k ranks of local index l (all_to_all across
+//          nodes); each rank dequantizes the k partial sums of its own chunk and adds them in
+//          fp32, in node order. Each value is quantized once whatever k is (a ring that
+//          requantized at every hop would add k errors), so the error stays below
+//          sum over nodes of (block max of the node's partial sum) / 14. On one node nothing
+//          crosses nodes and the reduce-scatter stays exact.
+// Per step (one micro-step) across nodes, in units of a plain 16-bit gather's inter-node
+// bytes: plain stage 3 moves 1 (forward) + 1 (backward) + 1 (reduce-scatter); with all three
+// 0.51 + 0 + 0.27 (the scales included).
+// All ranks make the same fetches in the same order (the agreed trace), so whether a gather
+// goes over every rank or inside the node is decided alike everywhere.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
@@ -61,6 +97,7 @@
 #include "engine/parameter_access.h"
 #include "engine/unit_grouping.h"
 #include "engine/unit_registry.h"
+#include "quant/block_quantization.h"
 #include "state/param_store.h"
 #include "zero/error.h"
 #include "zero/shard.h"
@@ -91,6 +128,9 @@ struct Group : FlatGroup {
   int pins = 0;              // GatheredParameters scopes holding it
   bool prefetched = false;   // gathered ahead by the trace, not fetched yet
   bool reduced = false;      // its reduce-scatter was launched in this backward
+  bool exact = true;         // gathered (or in flight) without quantization (Note [ZeRO++])
+  at::Tensor secondary;      // hpZ: this rank's slice of the wire buffer (Note [ZeRO++])
+  bool secondary_valid = false;  // written by the communicator's thread while no step runs
 };
 
 struct Unit {
@@ -138,8 +178,12 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void partition();
   void make_param_store();
   // Gathering.
-  void issue_gather(int g);
-  void all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output);
+  // A unit fetch may be quantized and may use the hpZ secondary; others gather exactly.
+  void issue_gather(int g, bool unit_fetch);
+  void all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output, bool unit_fetch);
+  void invalidate_secondaries();
+  void quantized_reduce_scatter(const at::Tensor& work, const at::Tensor& own);
+  void check_zeropp() const;
   void read_ahead();
   // Waits for group g's gather (if in flight) and releases its shard's lease; rethrows a
   // failed read of an offloaded shard only when `report_read_failure`.
@@ -180,6 +224,12 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   std::vector<StateSegment> owned_segments() const;  // this rank's shard space, by parameter
   BufferPool pool_;  // gathered parameters and gradients in flight
 
+  // Note [ZeRO++].
+  ZeroPlusPlusConfig zeropp_;
+  BlockQuantization weight_format_{8, 256};
+  BlockQuantization gradient_format_{4, 128};
+  bool quantize_gradients_ = false;  // qgZ and more than one node
+
   std::unique_ptr<GatherSchedule> schedule_;  // Note [Stage 3 trace and prefetch]
   int64_t live_numel_ = 0;     // partitioned elements gathered or in flight
   int64_t live_peak_numel_ = 0;
@@ -198,6 +248,9 @@ Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Confi
              "one buffer and reduce-scattered together); allowed: true");
   // reduce_bucket_size and allgather_bucket_size do not apply: stage 3 communicates per unit
   // (docs/config.md).
+  zeropp_ = zc.zeropp;
+  check_zeropp();
+  quantize_gradients_ = zeropp_.quantized_gradients && comm_->topology().nodes() > 1;
   collect_parameters();
   check_ranks_agree(describe_parameters());
   partition();
@@ -231,6 +284,30 @@ Stage3Engine::~Stage3Engine() {
     unit.binding->runtime = nullptr;
   }
   shutdown();
+}
+
+void Stage3Engine::check_zeropp() const {
+  const Topology& topology = comm_->topology();
+  const int64_t hpz = zeropp_.hpz_partition_size;
+  for (const char* key : {"zero_hpz_partition_size", "zero_quantized_gradients"}) {
+    const bool on = std::string(key) == "zero_hpz_partition_size" ? hpz > 1
+                                                                   : zeropp_.quantized_gradients;
+    if (!on) continue;
+    ZERO_CHECK(comm_->capabilities().node_groups, config_.source, ": zero_optimization.", key,
+               " needs collectives inside a node and across nodes (CollectiveGroup), which the ",
+               comm_->backend_name(), " communicator does not have on ", topology.describe(),
+               "; allowed here: the default (", hpz > 1 ? "1" : "false", "), or the MPI ",
+               "backend (host staging over it on GPUs) with the same number of consecutive ",
+               "ranks on every node");
+  }
+  ZERO_CHECK(hpz == 1 || (topology.blocked() && hpz == topology.ranks_per_node()),
+             config_.source, ": zero_optimization.zero_hpz_partition_size = ", hpz,
+             " must be 1 (off) or the number of ranks per node, ", topology.ranks_per_node(),
+             " on ", topology.describe(), " (the secondary partition is shared by a node's ranks)");
+}
+
+void Stage3Engine::invalidate_secondaries() {
+  for (Group& group : groups_) group.secondary_valid = false;
 }
 
 void Stage3Engine::collect_parameters() {
@@ -473,12 +550,16 @@ ModelStateBytes Stage3Engine::model_state_bytes() const {
   bytes.staging = state_->staging_bytes() + param_store_->staging_bytes();
   bytes.gathered_peak =
       live_peak_numel_ * static_cast<int64_t>(c10::elementSize(compute_dtype_));
+  // hpZ's secondary partitions stay between steps, like the shards (Note [ZeRO++]).
+  for (const Group& group : groups_) {
+    if (group.secondary.defined()) bytes.params += group.secondary.nbytes();
+  }
   return bytes;
 }
 
 // ---- gathering ---------------------------------------------------------------------------
 
-void Stage3Engine::issue_gather(int g) {
+void Stage3Engine::issue_gather(int g, bool unit_fetch) {
   Group& group = groups_[g];
   ZERO_INTERNAL_ASSERT(group.state == GroupState::kReleased, "gather of ", group.name,
                        " while it is not released");
@@ -498,6 +579,7 @@ void Stage3Engine::issue_gather(int g) {
   group.gathered = buffer;
   attach_storage(group.full, buffer);
   group.state = GroupState::kInFlight;
+  group.exact = !(unit_fetch && zeropp_.quantized_weights);
   live_numel_ += padded;
   live_peak_numel_ = std::max(live_peak_numel_, live_numel_);
   at::Tensor output = buffer.narrow(0, 0, padded);
@@ -508,7 +590,7 @@ void Stage3Engine::issue_gather(int g) {
   const bool offloaded = param_store_->offloaded();
   auto failure = std::make_shared<std::exception_ptr>();
   group.gather_failure = failure;
-  group.gather = submit([this, g, lease, output, offloaded, failure] {
+  group.gather = submit([this, g, lease, output, offloaded, failure, unit_fetch] {
     if (offloaded) {
       // A rank whose read failed (a swap file changed under the run, an I/O error) must not
       // leave the others in the all-gather: every rank agrees first (Note [Agreeing on a
@@ -522,15 +604,18 @@ void Stage3Engine::issue_gather(int g) {
         return;
       }
     }
-    all_gather_group(g, lease.shard, output);
+    all_gather_group(g, lease.shard, output, unit_fetch);
   });
 }
 
-// Gathers group g's shards into `output` (compute dtype, padded_numel elements): directly,
-// or through a 16-bit staging buffer widened into it. Written through `output`, a tensor of
-// its own: the parameters' version counters are not bumped (Note [Stage 3 units]).
-void Stage3Engine::all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output) {
-  const Group& group = groups_[g];
+// Gathers group g's shards into `output` (compute dtype, padded_numel elements) through the
+// wire buffer of Note [ZeRO++]: the output itself when nothing is to decode, else a pooled
+// 16-bit staging buffer (widened into it) or a pooled buffer of int8 records (dequantized into
+// it). Written through `output`, a tensor of its own: the parameters' version counters are
+// not bumped (Note [Stage 3 units]). Runs on the communicator's thread.
+void Stage3Engine::all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output,
+                                    bool unit_fetch) {
+  Group& group = groups_[g];
   // A shard kept on the host (offload_param with a device model) goes up first, on the transfer
   // queue. This thread waits for the copy: the host memory it reads (a swap slot, or the shard
   // a step will overwrite) may be reused as soon as the gather is done.
@@ -541,16 +626,45 @@ void Stage3Engine::all_gather_group(int g, const at::Tensor& shard, const at::Te
     input = uploaded.narrow(0, 0, shard.numel());
     transfer_->wait(transfer_->copy(input, shard, TransferQueue::Direction::kUp));
   }
-  if (compute_dtype_ == param_dtype_) {
-    counted(comm_->all_gather(input, output))->wait();
-  } else {
-    const int64_t padded = group.layout.padded_numel;
-    at::Tensor staging = pool_.acquire(padded, shard_options_);
-    const at::Tensor stored = staging.narrow(0, 0, padded);
-    counted(comm_->all_gather(input, stored))->wait();
-    output.copy_(stored);
-    pool_.put(std::move(staging));
+  const bool quantized = unit_fetch && zeropp_.quantized_weights;
+  const bool hierarchical = unit_fetch && zeropp_.hpz_partition_size > 1;
+  const int64_t padded = group.layout.padded_numel;
+  const int64_t shard_numel = group.layout.shard_numel;
+  const int64_t record = weight_format_.record_bytes(shard_numel);
+  at::Tensor pooled;
+  at::Tensor wire = output;
+  if (quantized) {
+    pooled = pool_.acquire(world_ * record, shard_options_.dtype(at::kByte));
+    wire = pooled.narrow(0, 0, world_ * record);
+  } else if (compute_dtype_ != param_dtype_) {
+    pooled = pool_.acquire(padded, shard_options_);
+    wire = pooled.narrow(0, 0, padded);
   }
+  if (hierarchical && group.secondary_valid) {
+    CollectiveOptions node;
+    node.group = CollectiveGroup::kNode;
+    counted(comm_->all_gather(group.secondary, wire, {}, node))->wait();
+  } else {
+    at::Tensor mine = input;
+    if (quantized) {
+      mine = wire.narrow(0, rank_ * record, record);  // in place: this rank's chunk
+      quantize_rows(input, mine, weight_format_);
+    }
+    counted(comm_->all_gather(mine, wire))->wait();
+    if (hierarchical) {
+      const int64_t slice = wire.numel() / zeropp_.hpz_partition_size;
+      const int64_t local = rank_ % zeropp_.hpz_partition_size;
+      if (!group.secondary.defined()) group.secondary = at::empty({slice}, wire.options());
+      group.secondary.copy_(wire.narrow(0, local * slice, slice));
+      group.secondary_valid = true;
+    }
+  }
+  if (quantized) {
+    dequantize_rows(wire.view({world_, record}), output.view({world_, shard_numel}), weight_format_);
+  } else if (!wire.is_same(output)) {
+    output.copy_(wire);
+  }
+  pool_.put(std::move(pooled));
   pool_.put(std::move(uploaded));
 }
 
@@ -634,7 +748,7 @@ void Stage3Engine::fetch(int g, bool training, FetchMode mode) {
     }
   }
   Group& group = groups_[g];
-  if (group.state == GroupState::kReleased) issue_gather(g);
+  if (group.state == GroupState::kReleased) issue_gather(g, /*unit_fetch=*/true);
   group.prefetched = false;
   wait_gathered(g);
   if (training) {
@@ -650,7 +764,7 @@ void Stage3Engine::prefetch() {
   }
   const auto released = [this](int h) { return groups_[h].state == GroupState::kReleased; };
   for (int g : schedule_->prefetch(released, ahead, live_numel_)) {
-    issue_gather(g);
+    issue_gather(g, /*unit_fetch=*/true);
     groups_[g].prefetched = true;
   }
 }
@@ -822,9 +936,50 @@ void Stage3Engine::reduce_group(int g) {
   const int64_t shard = group.layout.shard_numel;
   at::Tensor work = group.grad_buffer;
   at::Tensor own = work.narrow(0, rank_ * shard, shard);
-  counted(comm_->reduce_scatter(work, own, ReduceOp::kSum))->wait();
+  if (quantize_gradients_) {
+    quantized_reduce_scatter(work, own);
+  } else {
+    counted(comm_->reduce_scatter(work, own, ReduceOp::kSum))->wait();
+  }
   deliver_reduced(own, group.shard_offset, config_.gradient_accumulation_steps > 1);
   pool_.release_gradients(group);
+}
+
+// qgZ (Note [ZeRO++]): `work` holds N chunks (chunk r for rank r = n m + l); `own` receives
+// this rank's chunk summed over every rank.
+void Stage3Engine::quantized_reduce_scatter(const at::Tensor& work, const at::Tensor& own) {
+  const Topology& topology = comm_->topology();
+  const int m = topology.ranks_per_node(), k = topology.nodes();
+  const int64_t chunk = own.numel();
+  // Chunks regrouped by local index: super-chunk l holds the chunks of local index l, node by
+  // node, so that the node's reduce-scatter gives local rank l the node's sums of them.
+  at::Tensor packed_pool = pool_.acquire(work.numel(), work.options());
+  at::Tensor packed = packed_pool.narrow(0, 0, work.numel());
+  packed.view({m, k, chunk}).copy_(work.view({k, m, chunk}).transpose(0, 1));
+  at::Tensor node_sum = work.narrow(0, 0, k * chunk);  // work is scratch now
+  CollectiveOptions node;
+  node.group = CollectiveGroup::kNode;
+  counted(comm_->reduce_scatter(packed, node_sum, ReduceOp::kSum, {}, node))->wait();
+  // Row n: the node's partial sum of the chunk of rank (n, l), quantized, sent to node n.
+  const int64_t record = gradient_format_.record_bytes(chunk);
+  const at::TensorOptions bytes = work.options().dtype(at::kByte);
+  at::Tensor records_pool = pool_.acquire(2 * k * record, bytes);
+  at::Tensor outgoing = records_pool.narrow(0, 0, k * record);
+  at::Tensor incoming = records_pool.narrow(0, k * record, k * record);
+  quantize_rows(node_sum.view({k, chunk}), outgoing.view({k, record}), gradient_format_);
+  CollectiveOptions across;
+  across.group = CollectiveGroup::kAcrossNodes;
+  counted(comm_->all_to_all(outgoing, incoming, across))->wait();
+  // Every node's partial sum of this rank's chunk, added in node order in fp32.
+  at::Tensor partial_pool = pool_.acquire(k * chunk, work.options().dtype(at::kFloat));
+  at::Tensor partial = partial_pool.narrow(0, 0, k * chunk).view({k, chunk});
+  dequantize_rows(incoming.view({k, record}), partial, gradient_format_);
+  at::Tensor total = partial[0];
+  for (int n = 1; n < k; ++n) total.add_(partial[n]);
+  own.copy_(total);
+  pool_.put(std::move(packed_pool));
+  pool_.put(std::move(records_pool));
+  pool_.put(std::move(partial_pool));
 }
 
 void Stage3Engine::finish_backward() {
@@ -863,6 +1018,7 @@ at::Tensor Stage3Engine::local_sum_of_squares() {
 
 void Stage3Engine::apply_update(double grad_multiplier) {
   step_shard_state(grad_multiplier);
+  invalidate_secondaries();  // the shards changed (Note [ZeRO++])
   gather_persistent();
 }
 
@@ -874,7 +1030,8 @@ void Stage3Engine::gather_persistent() {
   const ParamStore::Lease lease = param_store_->lease(persistent_group_);  // always in memory
   all_gather_group(persistent_group_, lease.shard,
                    at::from_blob(group.full.data_ptr(), {group.layout.padded_numel},
-                                 group.full.options()));
+                                 group.full.options()),
+                   /*unit_fetch=*/false);
   param_store_->release(lease);
 }
 
@@ -922,6 +1079,7 @@ void Stage3Engine::reload_parameters() {
                groups_[g].name, "'");
     release(g);
   }
+  invalidate_secondaries();
   gather_persistent();
   zero_gradients();
 }
@@ -945,7 +1103,15 @@ void Stage3Engine::pin(const std::vector<at::Tensor>& params) {
   ZERO_CHECK(!in_backward_, "zero::GatheredParameters cannot be used during backward");
   for (int g : groups_of(params)) {
     if (groups_[g].persistent) continue;  // always whole
-    if (groups_[g].state == GroupState::kReleased) issue_gather(g);
+    if (!groups_[g].exact && groups_[g].state != GroupState::kReleased) {
+      // Gathered quantized for a unit (Note [ZeRO++]): gathered again, exactly.
+      ZERO_CHECK(groups_[g].in_use == 0 && groups_[g].pins == 0, "zero::GatheredParameters: ",
+                 "unit '", groups_[g].name, "' is running on parameters gathered with ",
+                 "zero_quantized_weights; gather its parameters exactly before or after the ",
+                 "unit runs, not inside it");
+      release(g);
+    }
+    if (groups_[g].state == GroupState::kReleased) issue_gather(g, /*unit_fetch=*/false);
     groups_[g].prefetched = false;
     wait_gathered(g);
     ++groups_[g].pins;
@@ -957,7 +1123,10 @@ void Stage3Engine::unpin(const std::vector<at::Tensor>& params, int modifier_ran
   at::NoGradGuard no_grad;
   // Writing the shards may need every parameter slot (Note [Parameter offload]): gathers
   // issued ahead give theirs back first (a forward that needs them gathers them again).
-  if (modifier_rank >= 0) release_prefetched();
+  if (modifier_rank >= 0) {
+    release_prefetched();
+    invalidate_secondaries();
+  }
   for (int g : groups) {
     Group& group = groups_[g];
     if (modifier_rank >= 0) {
