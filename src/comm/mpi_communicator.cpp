@@ -381,7 +381,7 @@ class MpiCommunicator final : public Communicator {
     // Ownership: a balanced split, the first numel % N ranks own one element more.
     Chunks chunks = checker_.balanced(numel);
     const int64_t moved = 2 * checker_.others_bytes(chunks, es);
-    const int64_t across = 2 * across_nodes(chunks, es, moved / 2);  // before `chunks` moves
+    const int64_t across = 2 * across_nodes(CollectiveGroup::kAll, chunks, es, moved / 2);
     return issue(call, &CommStats::all_reduce, moved, across, buffer.nbytes(), options,
                  [this, call, chunks = std::move(chunks), op] {
       if (size_ == 1 || call.input.numel() == 0) return;
@@ -397,37 +397,39 @@ class MpiCommunicator final : public Communicator {
   WorkHandle reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
                             const std::vector<int64_t>& counts,
                             const CollectiveOptions& options) override {
-    if (options.group != CollectiveGroup::kAll) {
-      return group_reduce_scatter(input, output, op, counts, options);
-    }
-    Call call{"reduce_scatter", input, output, counts, /*has_counts=*/true};
-    Chunks chunks = checker_.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
+    const CollectiveGroup group = options.group;
+    const Ring& ring = ring_of(group);
+    const CallChecker& checker = checker_of(group);
+    Call call{op_name(kReduceScatterNames, group), input, output, counts, /*has_counts=*/true};
+    Chunks chunks = checker.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
     const int64_t es = input.element_size();
-    const int64_t moved = checker_.others_bytes(chunks, es);
-    const int64_t across = across_nodes(chunks, es, moved);  // before `chunks` moves below
+    const int64_t moved = checker.others_bytes(chunks, es);
+    const int64_t across = across_nodes(group, chunks, es, moved);  // before `chunks` moves below
     return issue(call, &CommStats::reduce_scatter, moved, across, input.nbytes(), options,
-                 [this, call, chunks = std::move(chunks), op] {
+                 [this, call, &ring, group, chunks = std::move(chunks), op] {
       const int64_t es = call.input.element_size();
       std::byte* in = bytes_of(call.input);
-      std::byte* own = in + chunks.offsets[rank_] * es;
+      std::byte* own = in + chunks.offsets[ring.rank] * es;
       std::byte* out = bytes_of(call.output);
-      const int64_t own_bytes = chunks.counts[rank_] * es;
-      if (size_ > 1) {
-        // The total is the same on every rank, so this choice (and the collective inside
-        // locate_inputs) is taken by all ranks alike.
-        std::vector<const std::byte*> inputs;
-        if (chunks.total * es >= kSharedMinBytes) {
-          inputs = shared_->locate_inputs(in, chunks.total * es);
-        }
-        if (!inputs.empty()) {
-          shared_reduce_scatter(flat_, call, chunks, inputs, call.input.scalar_type(), es, op, out);
-        } else if (hierarchical_) {
-          hierarchical_reduce_scatter(call, chunks, in, es, op, out);
-        } else {
-          ring_reduce_scatter(flat_, call, chunks, in, call.input.scalar_type(), es, op, out);
-        }
-      } else if (own_bytes > 0 && out != own) {
-        std::memcpy(out, own, static_cast<size_t>(own_bytes));
+      const int64_t own_bytes = chunks.counts[ring.rank] * es;
+      const c10::ScalarType dtype = call.input.scalar_type();
+      if (ring.size == 1) {
+        if (own_bytes > 0 && out != own) std::memcpy(out, own, static_cast<size_t>(own_bytes));
+        return;
+      }
+      if (group != CollectiveGroup::kAll) {
+        return ring_reduce_scatter(ring, call, chunks, in, dtype, es, op, out);
+      }
+      // The total is the same on every rank, so this choice (and the collective inside
+      // locate_inputs) is taken by all ranks alike.
+      std::vector<const std::byte*> inputs;
+      if (chunks.total * es >= kSharedMinBytes) inputs = shared_->locate_inputs(in, chunks.total * es);
+      if (!inputs.empty()) {
+        shared_reduce_scatter(flat_, call, chunks, inputs, dtype, es, op, out);
+      } else if (hierarchical_) {
+        hierarchical_reduce_scatter(call, chunks, in, es, op, out);
+      } else {
+        ring_reduce_scatter(flat_, call, chunks, in, dtype, es, op, out);
       }
     });
   }
@@ -461,23 +463,27 @@ class MpiCommunicator final : public Communicator {
   WorkHandle all_gather(const at::Tensor& input, const at::Tensor& output,
                         const std::vector<int64_t>& counts,
                         const CollectiveOptions& options) override {
-    if (options.group != CollectiveGroup::kAll) return group_all_gather(input, output, counts, options);
-    Call call{"all_gather", input, output, counts, /*has_counts=*/true};
-    Chunks chunks = checker_.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
+    const CollectiveGroup group = options.group;
+    const Ring& ring = ring_of(group);
+    const CallChecker& checker = checker_of(group);
+    Call call{op_name(kAllGatherNames, group), input, output, counts, /*has_counts=*/true};
+    Chunks chunks = checker.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
     const int64_t es = output.element_size();
-    const int64_t moved = checker_.others_bytes(chunks, es);
-    const int64_t across = across_nodes(chunks, es, moved);  // before `chunks` moves below
+    const int64_t moved = checker.others_bytes(chunks, es);
+    const int64_t across = across_nodes(group, chunks, es, moved);  // before `chunks` moves below
     return issue(call, &CommStats::all_gather, moved, across, output.nbytes(), options,
-                 [this, call, chunks = std::move(chunks)] {
+                 [this, call, &ring, group, chunks = std::move(chunks)] {
       const int64_t es = call.output.element_size();
       std::byte* out = bytes_of(call.output);
-      std::byte* own = out + chunks.offsets[rank_] * es;
+      std::byte* own = out + chunks.offsets[ring.rank] * es;
       const std::byte* in = bytes_of(call.input);
-      const int64_t own_bytes = chunks.counts[rank_] * es;
+      const int64_t own_bytes = chunks.counts[ring.rank] * es;
       if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
-      if (size_ == 1) return;
-      if (hierarchical_) return hierarchical_all_gather(call, chunks, out, es);
-      all_gather_in_place(flat_, call, chunks, out, es);
+      if (ring.size == 1) return;
+      if (group == CollectiveGroup::kAll && hierarchical_) {
+        return hierarchical_all_gather(call, chunks, out, es);
+      }
+      all_gather_in_place(ring, call, chunks, out, es);
     });
   }
 
@@ -485,7 +491,7 @@ class MpiCommunicator final : public Communicator {
                         const CollectiveOptions& options) override {
     const Ring& ring = ring_of(options.group);
     const CallChecker& checker = checker_of(options.group);
-    Call call{group_op("all_to_all", options.group), input, output};
+    Call call{op_name(kAllToAllNames, options.group), input, output};
     checker.check_tensor(call, input, "input", /*reduction=*/false);
     checker.check_tensor(call, output, "output", /*reduction=*/false);
     checker.check_same_dtype(call, input, output);
@@ -500,16 +506,13 @@ class MpiCommunicator final : public Communicator {
                checker.describe(call), ": input and output overlap");
     const int64_t chunk_bytes = input.numel() / ring.size * es;
     const int64_t moved = (ring.size - 1) * chunk_bytes;
-    int64_t across = group_across_nodes(options.group, moved);
-    if (options.group == CollectiveGroup::kAll) {  // a chunk from every rank of another node
-      across = 0;
-      for (int r = 0; r < size_; ++r) {
-        if (topology_.node_of_rank[static_cast<size_t>(r)] !=
-            topology_.node_of_rank[static_cast<size_t>(rank_)]) {
-          across += chunk_bytes;
-        }
-      }
-    }
+    // Over every rank, a chunk comes from each rank of another node.
+    const int64_t others_off_node =
+        size_ - static_cast<int64_t>(
+                    topology_.ranks_of(topology_.node_of_rank[static_cast<size_t>(rank_)]).size());
+    const int64_t across = options.group == CollectiveGroup::kAll
+                               ? others_off_node * chunk_bytes
+                               : across_nodes(options.group, {}, es, moved);
     return issue(call, &CommStats::all_to_all, moved, across, input.nbytes(), options,
                  [this, call, &ring, chunk_bytes] {
       const std::byte* in = bytes_of(call.input);
@@ -661,21 +664,15 @@ class MpiCommunicator final : public Communicator {
  private:
   // ---- node groups (CollectiveGroup) ------------------------------------------------------
 
-  static const char* group_op(const char* op, CollectiveGroup group) {
-    const bool gather = std::strcmp(op, "all_gather") == 0;
-    const bool scatter = std::strcmp(op, "reduce_scatter") == 0;
-    switch (group) {
-      case CollectiveGroup::kAll:
-        return op;
-      case CollectiveGroup::kNode:
-        return gather ? "all_gather (node group)"
-                      : scatter ? "reduce_scatter (node group)" : "all_to_all (node group)";
-      case CollectiveGroup::kAcrossNodes:
-        return gather ? "all_gather (group across nodes)"
-                      : scatter ? "reduce_scatter (group across nodes)"
-                                : "all_to_all (group across nodes)";
-    }
-    return op;
+  // The names of a collective over each CollectiveGroup, for messages (Call::op).
+  static constexpr const char* kReduceScatterNames[3] = {
+      "reduce_scatter", "reduce_scatter (node group)", "reduce_scatter (group across nodes)"};
+  static constexpr const char* kAllGatherNames[3] = {
+      "all_gather", "all_gather (node group)", "all_gather (group across nodes)"};
+  static constexpr const char* kAllToAllNames[3] = {
+      "all_to_all", "all_to_all (node group)", "all_to_all (group across nodes)"};
+  static const char* op_name(const char* const (&names)[3], CollectiveGroup group) {
+    return names[static_cast<int>(group)];
   }
 
   void check_group_is_all(const char* op, const CollectiveOptions& options) const {
@@ -698,67 +695,6 @@ class MpiCommunicator final : public Communicator {
     ring_of(group);  // checks that the groups exist
     return group == CollectiveGroup::kNode ? intra_checker_ : inter_checker_;
   }
-  // Of `moved` bytes within a group, those that cross nodes: none inside a node, all across.
-  int64_t group_across_nodes(CollectiveGroup group, int64_t moved) const {
-    switch (group) {
-      case CollectiveGroup::kAll:
-        return receives_across_nodes_ ? moved : 0;  // the flat ring's count
-      case CollectiveGroup::kNode:
-        return 0;
-      case CollectiveGroup::kAcrossNodes:
-        return moved;
-    }
-    return 0;
-  }
-
-  // reduce_scatter over a node group: the group's ring (Note [MPI ring order] over the group's
-  // ranks, in rank order).
-  WorkHandle group_reduce_scatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op,
-                                  const std::vector<int64_t>& counts,
-                                  const CollectiveOptions& options) {
-    const Ring& ring = ring_of(options.group);
-    const CallChecker& checker = checker_of(options.group);
-    Call call{group_op("reduce_scatter", options.group), input, output, counts, /*has_counts=*/true};
-    Chunks chunks = checker.check_chunked(call, input, "input", output, "output", /*reduction=*/true);
-    const int64_t es = input.element_size();
-    const int64_t moved = checker.others_bytes(chunks, es);
-    const int64_t across = group_across_nodes(options.group, moved);
-    return issue(call, &CommStats::reduce_scatter, moved, across, input.nbytes(), options,
-                 [this, call, &ring, chunks = std::move(chunks), op] {
-      const int64_t es = call.input.element_size();
-      std::byte* in = bytes_of(call.input);
-      std::byte* own = in + chunks.offsets[ring.rank] * es;
-      std::byte* out = bytes_of(call.output);
-      const int64_t own_bytes = chunks.counts[ring.rank] * es;
-      if (ring.size > 1 && chunks.total > 0) {
-        ring_reduce_scatter(ring, call, chunks, in, call.input.scalar_type(), es, op, out);
-      } else if (own_bytes > 0 && out != own) {
-        std::memcpy(out, own, static_cast<size_t>(own_bytes));
-      }
-    });
-  }
-
-  WorkHandle group_all_gather(const at::Tensor& input, const at::Tensor& output,
-                              const std::vector<int64_t>& counts, const CollectiveOptions& options) {
-    const Ring& ring = ring_of(options.group);
-    const CallChecker& checker = checker_of(options.group);
-    Call call{group_op("all_gather", options.group), input, output, counts, /*has_counts=*/true};
-    Chunks chunks = checker.check_chunked(call, output, "output", input, "input", /*reduction=*/false);
-    const int64_t es = output.element_size();
-    const int64_t moved = checker.others_bytes(chunks, es);
-    const int64_t across = group_across_nodes(options.group, moved);
-    return issue(call, &CommStats::all_gather, moved, across, output.nbytes(), options,
-                 [this, call, &ring, chunks = std::move(chunks)] {
-      const int64_t es = call.output.element_size();
-      std::byte* out = bytes_of(call.output);
-      std::byte* own = out + chunks.offsets[ring.rank] * es;
-      const std::byte* in = bytes_of(call.input);
-      const int64_t own_bytes = chunks.counts[ring.rank] * es;
-      if (own_bytes > 0 && in != own) std::memcpy(own, in, static_cast<size_t>(own_bytes));
-      if (ring.size > 1) all_gather_in_place(ring, call, chunks, out, es);
-    });
-  }
-
   // ---- topology --------------------------------------------------------------------------
 
   // Note [Topology]: collective, once, in the constructor.
@@ -1059,10 +995,14 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Note [Counting communicated bytes]: what this rank receives from another node in one
-  // reduce-scatter or all-gather of `chunks`, which moves `moved` bytes in all. Flat ring:
-  // everything when rank r-1 is on another node. Hierarchical: the other nodes' chunks of its
+  // reduce-scatter or all-gather of `chunks` over `group`, which moves `moved` bytes in all.
+  // Inside a node: nothing; one rank per node: everything. Over every rank, flat ring:
+  // everything when rank r-1 is on another node; hierarchical: the other nodes' chunks of its
   // super-chunk (the inter-node ring).
-  int64_t across_nodes(const Chunks& chunks, int64_t es, int64_t moved) const {
+  int64_t across_nodes(CollectiveGroup group, const Chunks& chunks, int64_t es,
+                       int64_t moved) const {
+    if (group == CollectiveGroup::kNode) return 0;
+    if (group == CollectiveGroup::kAcrossNodes) return moved;
     if (!hierarchical_) return receives_across_nodes_ ? moved : 0;
     int64_t bytes = 0;
     for (int n = 0; n < inter_.size; ++n) {

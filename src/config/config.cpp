@@ -496,18 +496,20 @@ void parse_zeropp(const ObjectView& view, ZeroOptimizationConfig& zero) {
       "zero_hpz_partition_size", 1, 1, kInt64Max,
       "an integer >= 1: 1 (off) or the number of ranks per node");
   if (zero.stage == 3) return;
-  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients", "zero_hpz_partition_size"}) {
-    const Json* given = view.given(key);
-    const bool on = std::string(key) == "zero_hpz_partition_size" ? zeropp.hpz_partition_size > 1
-                    : std::string(key) == "zero_quantized_weights" ? zeropp.quantized_weights
-                                                                    : zeropp.quantized_gradients;
-    if (given != nullptr && on) {
-      fail(view.source(), "zero_optimization." + std::string(key) + " = " + show(*given) +
-                              " needs zero_optimization.stage 3 (ZeRO++ partitions parameters), "
-                              "but the stage is " + std::to_string(zero.stage) +
-                              "; allowed at this stage: the default (" +
-                              (std::string(key) == "zero_hpz_partition_size" ? "1" : "false") + ")");
-    }
+  struct Part {
+    const char* key;
+    bool on;
+    const char* off;  // the default, the only value allowed below stage 3
+  };
+  for (const Part& part : {Part{"zero_quantized_weights", zeropp.quantized_weights, "false"},
+                           Part{"zero_hpz_partition_size", zeropp.hpz_partition_size > 1, "1"},
+                           Part{"zero_quantized_gradients", zeropp.quantized_gradients, "false"}}) {
+    if (!part.on) continue;
+    fail(view.source(), "zero_optimization." + std::string(part.key) + " = " +
+                            show(*view.given(part.key)) +
+                            " needs zero_optimization.stage 3 (ZeRO++ partitions parameters), "
+                            "but the stage is " + std::to_string(zero.stage) +
+                            "; allowed at this stage: the default (" + part.off + ")");
   }
 }
 

@@ -14,6 +14,27 @@ namespace {
 // [R, n] whatever the caller passed ([n] is one row).
 at::Tensor as_rows(const at::Tensor& t) { return t.dim() == 1 ? t.unsqueeze(0) : t; }
 
+// A call's rows and records as [R, n] and [R, record_bytes(n)], and its block arithmetic.
+struct RowsAndRecords {
+  at::Tensor rows, records;
+  int64_t r, n;
+  int64_t nb;          // blocks per row
+  int64_t padded;      // nb * block
+  int64_t used;        // data bytes holding the n values
+  int64_t data_bytes;  // used, and zeros up to a multiple of 4
+
+  RowsAndRecords(const at::Tensor& rows_in, const at::Tensor& records_in,
+                 const BlockQuantization& format, const char* what)
+      : rows(as_rows(rows_in)), records(as_rows(records_in)), r(rows.size(0)), n(rows.size(1)),
+        nb(format.blocks(n)), padded(nb * format.block), used((n * format.bits + 7) / 8),
+        data_bytes(format.data_bytes(n)) {
+    ZERO_INTERNAL_ASSERT(records.scalar_type() == at::kByte && records.is_contiguous() &&
+                             records.size(0) == r && records.size(1) == format.record_bytes(n),
+                         what, ": ", r, " rows of ", n, " and records ", records.sizes());
+  }
+  at::Tensor scales() const { return records.narrow(1, data_bytes, 4 * nb).view(at::kFloat); }
+};
+
 }  // namespace
 
 std::string BlockQuantization::describe() const {
@@ -28,19 +49,12 @@ void BlockQuantization::validate() const {
 
 void quantize_rows(const at::Tensor& rows_in, const at::Tensor& records_in,
                    const BlockQuantization& format) {
-  const at::Tensor rows = as_rows(rows_in);
-  const at::Tensor records = as_rows(records_in);
-  const int64_t r = rows.size(0), n = rows.size(1);
-  const int64_t nb = format.blocks(n), padded = nb * format.block;
-  const int64_t data_bytes = format.data_bytes(n);
-  ZERO_INTERNAL_ASSERT(records.scalar_type() == at::kByte && records.is_contiguous() &&
-                           records.size(0) == r && records.size(1) == format.record_bytes(n),
-                       "quantize_rows: ", r, " rows of ", n, " into records ", records.sizes());
+  const RowsAndRecords c(rows_in, records_in, format, "quantize_rows");
   // fp32 blocks, the tail of the last one zero.
-  at::Tensor x = at::empty({r, padded}, rows.options().dtype(at::kFloat));
-  x.narrow(1, 0, n).copy_(rows);
-  if (padded > n) x.narrow(1, n, padded - n).zero_();
-  const at::Tensor blocks = x.view({r * nb, format.block});
+  at::Tensor x = at::empty({c.r, c.padded}, c.rows.options().dtype(at::kFloat));
+  x.narrow(1, 0, c.n).copy_(c.rows);
+  if (c.padded > c.n) x.narrow(1, c.n, c.padded - c.n).zero_();
+  const at::Tensor blocks = x.view({c.r * c.nb, format.block});
   // max |x| per block, fused (the infinity norm reads each value once).
   const at::Tensor amax = at::linalg_vector_norm(blocks, std::numeric_limits<double>::infinity(),
                                                  at::IntArrayRef{1}, /*keepdim=*/true);
@@ -53,43 +67,34 @@ void quantize_rows(const at::Tensor& rows_in, const at::Tensor& records_in,
       blocks.div(divisor).round_().clamp_(-format.q_max(), format.q_max()).nan_to_num_(0);
   at::Tensor packed;  // [r, padded * bits / 8]
   if (format.bits == 8) {
-    packed = q.to(at::kChar).view({r, padded}).view(at::kByte);
+    packed = q.to(at::kChar).view({c.r, c.padded}).view(at::kByte);
   } else {
-    const at::Tensor nibbles = q.add_(8).to(at::kByte).view({r, padded / 2, 2});
+    const at::Tensor nibbles = q.add_(8).to(at::kByte).view({c.r, c.padded / 2, 2});
     const at::Tensor low = nibbles.select(2, 0), high = nibbles.select(2, 1);
     packed = at::bitwise_or(low, at::bitwise_left_shift(high, 4));
   }
-  const int64_t used = (n * format.bits + 7) / 8;  // bytes holding the n values
-  records.narrow(1, 0, used).copy_(packed.narrow(1, 0, used));
-  if (data_bytes > used) records.narrow(1, used, data_bytes - used).zero_();
-  records.narrow(1, data_bytes, 4 * nb).view(at::kFloat).copy_(scale.view({r, nb}));
+  c.records.narrow(1, 0, c.used).copy_(packed.narrow(1, 0, c.used));
+  if (c.data_bytes > c.used) c.records.narrow(1, c.used, c.data_bytes - c.used).zero_();
+  c.scales().copy_(scale.view({c.r, c.nb}));
 }
 
 void dequantize_rows(const at::Tensor& records_in, const at::Tensor& rows_in,
                      const BlockQuantization& format) {
-  const at::Tensor records = as_rows(records_in);
-  const at::Tensor rows = as_rows(rows_in);
-  const int64_t r = rows.size(0), n = rows.size(1);
-  const int64_t nb = format.blocks(n), padded = nb * format.block;
-  const int64_t data_bytes = format.data_bytes(n);
-  ZERO_INTERNAL_ASSERT(records.scalar_type() == at::kByte && records.is_contiguous() &&
-                           records.size(0) == r && records.size(1) == format.record_bytes(n),
-                       "dequantize_rows: records ", records.sizes(), " into ", r, " rows of ", n);
-  // The values, padded to whole blocks (what the padding decodes to is cut off below).
-  const int64_t used = (n * format.bits + 7) / 8;
-  at::Tensor data = at::zeros({r, padded * format.bits / 8}, records.options());
-  data.narrow(1, 0, used).copy_(records.narrow(1, 0, used));
-  at::Tensor values;  // [r, padded] fp32
+  const RowsAndRecords c(rows_in, records_in, format, "dequantize_rows");
+  // The n integers as fp32 in whole blocks (the padding is zero, and cut off below).
+  at::Tensor values = at::empty({c.r, c.padded}, c.records.options().dtype(at::kFloat));
+  const at::Tensor data = c.records.narrow(1, 0, c.used);
   if (format.bits == 8) {
-    values = data.view(at::kChar).to(at::kFloat);
+    values.narrow(1, 0, c.n).copy_(data.view(at::kChar));
   } else {
     const at::Tensor low = at::bitwise_and(data, 15);
     const at::Tensor high = at::bitwise_right_shift(data, 4);
-    values = at::stack({low, high}, 2).view({r, padded}).to(at::kFloat).sub_(8);
+    values.narrow(1, 0, c.n).copy_(at::stack({low, high}, 2).view({c.r, 2 * c.used}).narrow(1, 0, c.n));
+    values.narrow(1, 0, c.n).sub_(8);
   }
-  const at::Tensor scales = records.narrow(1, data_bytes, 4 * nb).view(at::kFloat);
-  values = values.view({r, nb, format.block}).mul_(scales.unsqueeze(2)).view({r, padded});
-  rows.copy_(values.narrow(1, 0, n));
+  if (c.padded > c.n) values.narrow(1, c.n, c.padded - c.n).zero_();
+  values.view({c.r, c.nb, format.block}).mul_(c.scales().unsqueeze(2));
+  c.rows.copy_(values.narrow(1, 0, c.n));
 }
 
 }  // namespace zero
