@@ -1,10 +1,15 @@
 // Note [Block quantization] (src/quant/block_quantization.h): the error bound, the record
-// layout, zeros and padding, 16-bit inputs, and rows kept apart, over random shapes.
+// layout, zeros and padding, 16-bit inputs, and rows kept apart, over random shapes; and the
+// two implementations (ATen, and the loops at every SIMD level this CPU runs) byte for byte.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "quant/block_quantization.h"
 #include "zero/error.h"
@@ -142,6 +147,109 @@ TEST(BlockQuantization, NonFiniteValuesStayVisible) {
   dequantize_rows(records, back, f);
   EXPECT_FALSE(back.narrow(0, 0, 8).isfinite().all().item<bool>());
   EXPECT_TRUE(back.narrow(0, 8, 8).eq(1).all().item<bool>());
+}
+
+bool same_bits_or_both_nan(const at::Tensor& a, const at::Tensor& b) {
+  const at::ScalarType bits = a.element_size() == 8 ? at::kLong : a.element_size() == 4 ? at::kInt : at::kShort;
+  const at::Tensor nan = a.isnan();
+  return nan.equal(b.isnan()) && a.view(bits).masked_select(nan.logical_not())
+                                     .equal(b.view(bits).masked_select(nan.logical_not()));
+}
+
+// Every kernel this machine can run: ATen and the loops up to simd_level().
+std::vector<QuantizationKernel> kernels_here() {
+  std::vector<QuantizationKernel> kernels{{true, SimdLevel::kScalar}};
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (static_cast<int>(level) <= static_cast<int>(simd_level())) kernels.push_back({false, level});
+  }
+  return kernels;
+}
+
+// Random rows over many magnitudes with the values that break careless kernels mixed in:
+// NaN, infinities, signed zeros, subnormals, exact ties of x * (q_max / max) and the largest
+// finite values.
+at::Tensor awkward_rows(std::mt19937& rng, int64_t rows, int64_t n) {
+  at::manual_seed(rng());
+  at::Tensor x = at::randn({rows, n}) * at::exp(at::randn({rows, n}) * 4);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            -0.0f,
+                            0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -1e-40f,
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(),
+                            0.5f,
+                            2.5f,
+                            -3.5f};
+  float* data = x.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (rng() % 97 == 0) data[i] = specials[rng() % std::size(specials)];
+  }
+  // A row of ties: the block maximum is 127 (or 7) so x * (q_max / max) = x, and halves tie.
+  if (rows > 1) x[rows - 1].copy_(at::arange(n).remainder(17).sub(8).mul(0.5));
+  return x;
+}
+
+TEST(BlockQuantization, EveryKernelGivesTheSameBytesAndValues) {
+  const std::vector<QuantizationKernel> kernels = kernels_here();
+  std::mt19937 rng(20261126);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int bits : {8, 4}) {
+      for (int64_t block : {8, 64, 256}) {
+        const BlockQuantization f{bits, block};
+        for (int trial = 0; trial < 6; ++trial) {
+          const int64_t rows = 1 + static_cast<int64_t>(rng() % 4);
+          const int64_t n = 1 + static_cast<int64_t>(rng() % 1500);
+          at::Tensor x = awkward_rows(rng, rows, n).to(dtype);
+          const std::string what = std::string(c10::toString(dtype)) + ", " + f.describe() +
+                                   ", " + std::to_string(rows) + " x " + std::to_string(n);
+          at::Tensor expected_records, expected_back;
+          for (const QuantizationKernel& kernel : kernels) {
+            at::Tensor records = at::full({rows, f.record_bytes(n)}, 0xAB, at::kByte);
+            quantize_rows(x, records, f, kernel);
+            at::Tensor back = at::full({rows, n}, 42, x.options());
+            dequantize_rows(records, back, f, kernel);
+            if (!expected_records.defined()) {
+              expected_records = records;
+              expected_back = back;
+              continue;
+            }
+            EXPECT_TRUE(records.equal(expected_records))
+                << what << ": records of " << kernel.describe() << " differ from "
+                << kernels[0].describe() << " at "
+                << records.ne(expected_records).nonzero().slice(0, 0, 4);
+            // The same bits, except that NaNs may differ in payload (ATen's fp32 -> bf16 copy
+            // writes 0xFFFF, c10::BFloat16 0x7FC0).
+            EXPECT_TRUE(same_bits_or_both_nan(back, expected_back))
+                << what << ": values of " << kernel.describe() << " differ";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockQuantization, KernelsOnStridedAndOddTargets) {
+  // Rows that are views (every other column) and targets of another dtype go through a
+  // contiguous copy in the loops; the result is still the ATen kernel's.
+  const BlockQuantization f{4, 64};
+  std::mt19937 rng(11);
+  at::Tensor wide = awkward_rows(rng, 3, 2 * 333);
+  at::Tensor x = wide.view({3, 333, 2}).select(2, 1);
+  for (const QuantizationKernel& kernel : kernels_here()) {
+    at::Tensor records = records_for(3, 333, f);
+    at::Tensor reference = records_for(3, 333, f);
+    quantize_rows(x, records, f, kernel);
+    quantize_rows(x.contiguous(), reference, f, QuantizationKernel{true, SimdLevel::kScalar});
+    EXPECT_TRUE(records.equal(reference)) << kernel.describe();
+    at::Tensor target = at::zeros({3, 333}, at::kDouble);
+    at::Tensor expected = at::zeros({3, 333}, at::kDouble);
+    dequantize_rows(records, target, f, kernel);
+    dequantize_rows(records, expected, f, QuantizationKernel{true, SimdLevel::kScalar});
+    EXPECT_TRUE(same_bits_or_both_nan(target, expected)) << kernel.describe();
+  }
 }
 
 TEST(BlockQuantization, FormatsOutsideTheNoteAreRefused) {
