@@ -1,11 +1,15 @@
 // NVMe offload (Note [NVMe offload], src/offload/swap_file.h), run under mpirun at 1-3 ranks:
 // optimizer state in swap files trains bit for bit as in memory at stages 1-3, in every
 // pipelining and buffer setting; swap directories are made, removed and swept; a swap file
-// changed under the run is an error on every rank; a bad nvme_path is an error on every rank.
+// changed under the run is an error on every rank, also when only its bytes changed (Note [Swap
+// record checksums]: an overwrite that restores the modification time); a bad nvme_path is an
+// error on every rank.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -58,6 +62,21 @@ std::vector<fs::path> swap_files_under(const std::string& dir, int rank = -1) {
     files.push_back(entry.path());
   }
   return files;
+}
+
+// Writes `text` at `offset` of `path` through the page cache and puts back the modification
+// time the file had: what a disk's silent corruption or a careful intruder leaves, which the
+// seal (inode, size, time) cannot see.
+void overwrite_keeping_time(const fs::path& path, int64_t offset, const std::string& text) {
+  struct stat before {};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(offset);
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  }
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
 }
 
 // The equivalence of the issue: gpt2-tiny at stages 1-3, fp32 and bf16 parameters (bf16: the
@@ -127,7 +146,7 @@ TEST(NvmeOffload, PipeliningAndBuffersChangeNoBit) {
 TEST(NvmeOffload, SwapFileChangedUnderTheRunIsAnErrorOnEveryRank) {
   auto comm = world();
   const std::string dir = shared_temp_dir("offload-tamper");
-  for (const char* tamper : {"truncate", "write"}) {
+  for (const std::string tamper : {"truncate", "write", "overwrite keeping the time"}) {
     SCOPED_TRACE(tamper);
     RunOptions options;
     options.stage = 1;
@@ -147,12 +166,14 @@ TEST(NvmeOffload, SwapFileChangedUnderTheRunIsAnErrorOnEveryRank) {
       const std::vector<fs::path> files = swap_files_under(dir, comm->rank());
       EXPECT_EQ(files.size(), 1u);  // not ASSERT: the other ranks go on to the step
       victim = files.at(0).string();
-      if (std::string(tamper) == "truncate") {
+      if (tamper == "truncate") {
         fs::resize_file(files[0], 4096);
-      } else {
+      } else if (tamper == "write") {
         std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
         f.seekp(8);
         f.write("tamper", 6);
+      } else {
+        overwrite_keeping_time(files[0], 8, "tamper");
       }
     }
     comm->barrier()->wait();
@@ -163,8 +184,14 @@ TEST(NvmeOffload, SwapFileChangedUnderTheRunIsAnErrorOnEveryRank) {
       const std::string message = error.what();
       if (!victim.empty()) {
         EXPECT_NE(message.find(victim), std::string::npos) << message;
-        EXPECT_NE(message.find(std::string(tamper) == "truncate" ? "truncated" : "written by"),
-                  std::string::npos) << message;
+        const char* expected = tamper == "truncate" ? "truncated"
+                               : tamper == "write"  ? "written by"
+                                                    : "the record of optimizer tile 0 (elements [0, 64)";
+        EXPECT_NE(message.find(expected), std::string::npos) << message;
+        if (tamper == "overwrite keeping the time") {
+          EXPECT_NE(message.find("CRC-32C"), std::string::npos) << message;
+          EXPECT_NE(message.find("at offset 0"), std::string::npos) << message;
+        }
       }
     }
   }
@@ -302,12 +329,12 @@ TEST(NvmeOffload, SwapFileThatDoesNotFitIsAnErrorAtCreation) {
       AsyncIo::wait(file.write(out.data(), out.bytes(), 0));
       file.seal();
       file.check_unchanged();
-      AsyncIo::wait(file.read(in.data(), in.bytes(), 0));
+      AsyncIo::wait(file.read(in.data(), in.bytes(), 0, "record A"));
       EXPECT_EQ(std::memcmp(in.data(), out.data(), static_cast<size_t>(in.bytes())), 0);
       fs::resize_file(path, kSwapAlignment);
       std::string error;
       try {
-        AsyncIo::wait(file.read(in.data(), in.bytes(), 0));
+        AsyncIo::wait(file.read(in.data(), in.bytes(), 0, "record A"));
       } catch (const Error& e) {
         error = e.what();
       }
@@ -316,6 +343,57 @@ TEST(NvmeOffload, SwapFileThatDoesNotFitIsAnErrorAtCreation) {
       EXPECT_NE(error.find("truncated"), std::string::npos) << error;
     }
     EXPECT_FALSE(fs::exists(path));
+  }
+  fs::remove_all(dir);
+}
+
+// Note [Swap record checksums]: a record whose bytes changed while the file's size and time
+// stayed is a read error naming the file, the record, the offset and both checksums, through
+// io_uring and through the blocking fallback, for a written record and for one never written
+// (zeros); the records beside it still read back.
+TEST(NvmeOffload, SwapRecordWhoseBytesChangedFailsItsChecksum) {
+  if (world()->rank() != 0) return;  // single process: no collective
+  const std::string dir = testing::TempDir() + "/zero-swap-checksum-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  AioConfig small_blocks;
+  small_blocks.block_size = kSwapAlignment;  // a record in several requests, on several threads
+  small_blocks.intra_op_parallelism = 2;
+  for (AsyncIo::Engine engine : {AsyncIo::Engine::kAuto, AsyncIo::Engine::kBlocking}) {
+    AsyncIo io(small_blocks, engine);
+    const std::string path = dir + "/records.swp";
+    SwapFile file(path, 6 * kSwapAlignment, io);
+    const int64_t record = 2 * kSwapAlignment;
+    AlignedBuffer out(record), in(record);
+    for (int64_t i = 0; i < record; ++i) out.data()[i] = static_cast<char>(i * 13 + 1);
+    AsyncIo::wait(file.write(out.data(), record, 0));  // record 0; records 1, 2 never written
+    file.seal();
+    auto read_error = [&](int64_t offset) {
+      file.check_unchanged();  // the seal sees nothing
+      try {
+        AsyncIo::wait(file.read(in.data(), record, offset, "test record at " + std::to_string(offset)));
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    EXPECT_EQ(read_error(0), "");
+    EXPECT_EQ(read_error(record), "");  // never written: zeros
+    EXPECT_EQ(in.data()[100], 0);
+    overwrite_keeping_time(path, 5000, "x");  // inside record 0, in its second block
+    std::string error = read_error(0);
+    EXPECT_NE(error.find("reading 8192 bytes at offset 0 of '" + path + "'"), std::string::npos) << error;
+    EXPECT_NE(error.find("test record at 0 does not hold what this run wrote there (CRC-32C 0x"),
+              std::string::npos) << error;
+    EXPECT_NE(error.find("last checkpoint"), std::string::npos) << error;
+    overwrite_keeping_time(path, 2 * record + 7, "y");  // inside record 2, never written
+    error = read_error(2 * record);
+    EXPECT_NE(error.find("expected of a record never written (zeros)"), std::string::npos) << error;
+    EXPECT_EQ(read_error(record), "");  // the record between them is intact
+    // Written again, the record reads back again.
+    AsyncIo::wait(file.write(out.data(), record, 0));
+    file.seal();
+    EXPECT_EQ(read_error(0), "");
+    EXPECT_EQ(std::memcmp(in.data(), out.data(), static_cast<size_t>(record)), 0);
   }
   fs::remove_all(dir);
 }

@@ -23,6 +23,8 @@ struct AsyncIo::Transfer {
   std::string path;
   int64_t bytes = 0;
   int64_t offset = 0;
+  char* data = nullptr;
+  Check check;  // reads: run on the data once every request succeeded
 };
 
 struct AsyncIo::Ring {
@@ -52,10 +54,23 @@ std::string nothing_transferred(bool is_write, int64_t offset) {
 }  // namespace
 
 // One request of `r`'s transfer finished, with `error` ("" when it succeeded).
+// The last request of a read with a check runs it before the waiters are woken (pending
+// reaches 0 only after it), outside the lock: no other request of the transfer is left.
 void AsyncIo::complete(const Request& r, const std::string& error) {
   Transfer& t = *r.transfer;
-  std::lock_guard<std::mutex> lock(t.mutex);
+  std::unique_lock<std::mutex> lock(t.mutex);
   if (!error.empty() && t.error.empty()) t.error = describe(t) + ": " + error;
+  if (t.pending == 1 && t.check && t.error.empty()) {
+    lock.unlock();
+    std::string wrong;
+    try {
+      wrong = t.check(t.data, t.bytes);
+    } catch (const std::exception& e) {
+      wrong = e.what();
+    }
+    lock.lock();
+    if (!wrong.empty()) t.error = describe(t) + ": " + wrong;
+  }
   if (--t.pending == 0) t.finished.notify_all();
 }
 
@@ -100,25 +115,30 @@ AsyncIo::~AsyncIo() {
 }
 
 AsyncIo::Ticket AsyncIo::read(int fd, void* buffer, int64_t bytes, int64_t offset,
-                              const std::string& path) {
-  return submit(fd, static_cast<char*>(buffer), bytes, offset, path, false);
+                              const std::string& path, Check check) {
+  return submit(fd, static_cast<char*>(buffer), bytes, offset, path, false, std::move(check));
 }
 
 AsyncIo::Ticket AsyncIo::write(int fd, const void* buffer, int64_t bytes, int64_t offset,
                                const std::string& path) {
   // The request only reads the buffer; io_uring's prep takes a non-const pointer for both.
   return submit(fd, const_cast<char*>(static_cast<const char*>(buffer)), bytes, offset, path,
-                true);
+                true, {});
 }
 
 AsyncIo::Ticket AsyncIo::submit(int fd, char* buffer, int64_t bytes, int64_t offset,
-                                const std::string& path, bool is_write) {
+                                const std::string& path, bool is_write, Check check) {
   auto transfer = std::make_shared<Transfer>();
   transfer->is_write = is_write;
   transfer->path = path;
   transfer->bytes = bytes;
   transfer->offset = offset;
-  if (bytes == 0) return transfer;
+  transfer->data = buffer;
+  transfer->check = std::move(check);
+  if (bytes == 0) {
+    if (transfer->check) transfer->error = transfer->check(buffer, 0);
+    return transfer;
+  }
   const int64_t block = config_.block_size;
   transfer->pending = (bytes + block - 1) / block;
   {

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,9 +55,15 @@ class AsyncIo {
   AsyncIo(const AsyncIo&) = delete;
   AsyncIo& operator=(const AsyncIo&) = delete;
 
+  /// A check of the bytes a read brought in: "" when they are right, else what is wrong (the
+  /// transfer's error). Run once, by the I/O thread that finishes the read, after every
+  /// request of it succeeded, so it costs the waiter nothing while other work goes on.
+  using Check = std::function<std::string(const char* data, int64_t bytes)>;
+
   /// Reads `bytes` at `offset` of `fd` into `buffer`. `path` names the file in errors.
   /// The buffer must stay valid until wait() returns.
-  Ticket read(int fd, void* buffer, int64_t bytes, int64_t offset, const std::string& path);
+  Ticket read(int fd, void* buffer, int64_t bytes, int64_t offset, const std::string& path,
+              Check check = {});
   /// Writes `bytes` from `buffer` at `offset` of `fd`.
   Ticket write(int fd, const void* buffer, int64_t bytes, int64_t offset,
                const std::string& path);
@@ -84,7 +91,7 @@ class AsyncIo {
   };
 
   Ticket submit(int fd, char* buffer, int64_t bytes, int64_t offset, const std::string& path,
-                bool is_write);
+                bool is_write, Check check);
   static void complete(const Request& request, const std::string& error);
   void run(int thread_index);
   void run_blocking();

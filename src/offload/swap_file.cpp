@@ -7,10 +7,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <new>
+#include <vector>
 
+#include "common/crc32c.h"
 #include "common/host_accounting.h"
 #include "zero/error.h"
 
@@ -82,14 +86,63 @@ void SwapFile::check_range(int64_t bytes, int64_t offset) const {
                        bytes_, " bytes");
 }
 
-AsyncIo::Ticket SwapFile::read(void* buffer, int64_t bytes, int64_t offset) {
+uint32_t SwapFile::zeros_checksum(int64_t bytes) {
+  auto known = zero_sums_.find(bytes);
+  if (known != zero_sums_.end()) return known->second;
+  static const std::vector<char> zeros(static_cast<size_t>(kSwapAlignment), 0);
+  uint32_t crc = 0;
+  for (int64_t done = 0; done < bytes; done += kSwapAlignment) {
+    crc = crc32c(zeros.data(), static_cast<size_t>(std::min(kSwapAlignment, bytes - done)), crc);
+  }
+  zero_sums_.emplace(bytes, crc);
+  return crc;
+}
+
+AsyncIo::Ticket SwapFile::read(void* buffer, int64_t bytes, int64_t offset,
+                               const std::string& record) {
   check_range(bytes, offset);
-  return io_.read(fd_, buffer, bytes, offset, path_);
+  // Note [Swap record checksums].
+  uint32_t expected = 0;
+  auto written = sums_.find(offset);
+  if (written != sums_.end()) {
+    ZERO_INTERNAL_ASSERT(written->second.bytes == bytes, "swap read of ", bytes, " bytes at ",
+                         offset, " of '", path_, "', where a record of ",
+                         written->second.bytes, " bytes was written");
+    expected = written->second.crc;
+  } else {
+    expected = zeros_checksum(bytes);
+  }
+  auto check = [expected, record, wrote = written != sums_.end()](const char* data,
+                                                                  int64_t length) -> std::string {
+    const uint32_t found = crc32c(data, static_cast<size_t>(length));
+    if (found == expected) return "";
+    char sums[96];
+    std::snprintf(sums, sizeof sums, "CRC-32C 0x%08x read, 0x%08x %s", found, expected,
+                  wrote ? "written by this run" : "expected of a record never written (zeros)");
+    return record + " does not hold what this run " + (wrote ? "wrote" : "left") + " there (" +
+           sums + "): its bytes changed on disk (silent corruption, or a write by something " +
+           "else that kept the file's size and modification time); the offloaded state cannot " +
+           "be trusted, so the run stops (its last checkpoint is the way back)";
+  };
+  return io_.read(fd_, buffer, bytes, offset, path_, std::move(check));
 }
 
 AsyncIo::Ticket SwapFile::write(const void* buffer, int64_t bytes, int64_t offset) {
   check_range(bytes, offset);
   sealed_ = false;
+  // Records never overlap (a write over part of another would leave that one's sum wrong).
+  auto next = sums_.upper_bound(offset);
+  ZERO_INTERNAL_ASSERT(next == sums_.end() || next->first >= offset + bytes, "swap record of ",
+                       bytes, " bytes at ", offset, " of '", path_, "' overlaps the one at ",
+                       next == sums_.end() ? 0 : next->first);
+  if (next != sums_.begin()) {
+    auto before = std::prev(next);
+    ZERO_INTERNAL_ASSERT(before->first == offset ? before->second.bytes == bytes
+                                                 : before->first + before->second.bytes <= offset,
+                         "swap record of ", bytes, " bytes at ", offset, " of '", path_,
+                         "' overlaps the one at ", before->first);
+  }
+  sums_[offset] = RecordSum{bytes, crc32c(buffer, static_cast<size_t>(bytes))};
   return io_.write(fd_, buffer, bytes, offset, path_);
 }
 

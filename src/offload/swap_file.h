@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <string>
+#include <unordered_map>
 
 #include "offload/async_io.h"
 
@@ -32,7 +34,24 @@ namespace zero {
 // error at start-up, naming the path and the bytes, and not in the middle of a step.
 // Nothing else may write the files: each is sealed (inode, size, modification time) after the
 // engine's last write and checked before the next read, so a file truncated, replaced or
-// changed under the run is an error and not silently read.
+// changed under the run is an error and not silently read. That cannot see bytes that change
+// while size and time stay (a disk's silent corruption, an overwrite that restores the time),
+// so every record also has a checksum; see Note [Swap record checksums].
+//
+// Note [Swap record checksums]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A record is what one write() puts at one offset (an optimizer tile, a parameter segment).
+// write() computes the record's CRC-32C (src/common/crc32c.h: SSE4.2's crc32 instruction)
+// before the transfer starts and keeps it in memory with the record's offset and length; a
+// record never written holds the zeros its reserved blocks read as. read() of a record hands
+// the I/O thread that finishes the transfer a check against that value (AsyncIo::Check): a
+// mismatch fails the read's waiter with a zero::Error naming the file, the record (the
+// caller's description: tile or segment, with its elements), the offset, the length and both
+// checksums, and the engines turn a failed read into an error on every rank as they do any
+// other (the run stops; its last checkpoint is the way back). The sums stay in memory, not in
+// the file: swap files live and die with one run, so nothing needs to read them back in
+// another process, and a sum kept beside the record could be damaged (or rewritten) with it.
+// A read must be of exactly a record that was written (or of one never written).
 
 /// Alignment of swap-file offsets, transfer sizes and buffers: the largest logical block size
 /// of the devices O_DIRECT is used on.
@@ -69,8 +88,11 @@ class SwapFile {
   SwapFile(const SwapFile&) = delete;
   SwapFile& operator=(const SwapFile&) = delete;
 
-  /// Asynchronous transfers of aligned sizes at aligned offsets inside the file.
-  AsyncIo::Ticket read(void* buffer, int64_t bytes, int64_t offset);
+  /// Asynchronous transfers of aligned sizes at aligned offsets inside the file, a record
+  /// each (Note [Swap record checksums]). The buffer of a write must not change until the
+  /// write is waited for. A read's waiter fails when the bytes are not what was written;
+  /// `record` names the record in that error ("optimizer tile 3 (elements [0, 4096))").
+  AsyncIo::Ticket read(void* buffer, int64_t bytes, int64_t offset, const std::string& record);
   AsyncIo::Ticket write(const void* buffer, int64_t bytes, int64_t offset);
 
   /// After the engine's writes have finished: records what the file is now.
@@ -87,8 +109,18 @@ class SwapFile {
  private:
   void check_range(int64_t bytes, int64_t offset) const;
 
+  // The CRC-32C of `bytes` zeros: what a record never written holds.
+  uint32_t zeros_checksum(int64_t bytes);
+
+  struct RecordSum {
+    int64_t bytes;
+    uint32_t crc;
+  };
+
   std::string path_;
   int64_t bytes_;
+  std::map<int64_t, RecordSum> sums_;                 // by offset: what write() put there
+  std::unordered_map<int64_t, uint32_t> zero_sums_;   // by length
   AsyncIo& io_;
   int fd_ = -1;
   bool direct_ = false;

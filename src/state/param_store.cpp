@@ -189,7 +189,11 @@ void ParamStore::start_read(int slot, int s) {
     }
   }
   sl.ticket = changed.empty()
-                  ? file_->read(sl.buffer->data(), record_bytes(s), file_offset_[s])
+                  ? file_->read(sl.buffer->data(), record_bytes(s), file_offset_[s],
+                                "the record of parameter segment " + std::to_string(s) +
+                                    " (elements [" + std::to_string(segments_[s].offset) + ", " +
+                                    std::to_string(segments_[s].offset + segments_[s].numel) +
+                                    ") of this rank's parameter shard)")
                   : AsyncIo::failed(changed);
   sl.state = SlotState::kReading;
   sl.segment = s;

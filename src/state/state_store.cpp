@@ -91,7 +91,7 @@ class SwapStore final : public StateStore {
       const int64_t b = j % count;
       AsyncIo::wait(writes_[b]);
       writes_[b].reset();
-      reads[b] = file_.read(buffers_[b]->data(), record_bytes_, j * record_bytes_);
+      reads[b] = file_.read(buffers_[b]->data(), record_bytes_, j * record_bytes_, record_name(j));
     };
     try {
       std::vector<at::Tensor> views(parts_);
@@ -146,6 +146,14 @@ class SwapStore final : public StateStore {
   int64_t file_bytes() const override { return file_.bytes(); }
 
  private:
+  // The record of `tile` in errors (Note [Swap record checksums]).
+  std::string record_name(int64_t tile) const {
+    const int64_t begin = tile * tile_numel_;
+    return "the record of optimizer tile " + std::to_string(tile) + " (elements [" +
+           std::to_string(begin) + ", " + std::to_string(std::min(numel_, begin + tile_numel_)) +
+           ") of this rank's optimizer state)";
+  }
+
   // fp32 views of the parts of the record in buffer b, over its first n elements.
   void tile_views(int64_t b, int64_t n, std::vector<at::Tensor>& views) const {
     for (int p = 0; p < parts_; ++p) {
@@ -177,7 +185,8 @@ class SwapStore final : public StateStore {
     if (cached_tile_ == tile) return;
     flush();
     file_.check_unchanged();
-    AsyncIo::Ticket read = file_.read(buffers_[0]->data(), record_bytes_, tile * record_bytes_);
+    AsyncIo::Ticket read =
+        file_.read(buffers_[0]->data(), record_bytes_, tile * record_bytes_, record_name(tile));
     cached_tile_ = -1;
     AsyncIo::wait(read);
     cached_tile_ = tile;
