@@ -81,3 +81,8 @@ if(TARGET zero-train)
                    ${CMAKE_CURRENT_BINARY_DIR}/kill-during-save)
   set_tests_properties(checkpoint_kill_during_save PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endif()
+
+# Note [Checkpoint metadata] (src/checkpoint/metadata.h), property-tested on metadata made the
+# way a save makes it (INTERNAL: the reader's internal header).
+zero_add_test(NAME test_checkpoint_metadata SOURCES test_checkpoint_metadata.cpp INTERNAL
+              LIBS nlohmann_json::nlohmann_json)

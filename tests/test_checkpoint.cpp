@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "checkpoint/metadata_edit.h"
 #include "engine_harness.h"
@@ -466,6 +467,63 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
          edit_metadata_json(p, [](Json& metadata) { metadata.erase("crc32"); }, /*sign=*/false);
        },
        "records none"},
+      // Note [Checkpoint metadata]: edits that keep the JSON valid and are re-signed, but
+      // contradict the other fields, are refused by key (they loaded silently before).
+      {"optimizer_steps_reset",
+       [](const fs::path& p) {
+         edit_metadata_json(p, [](Json& m) { m["counters"]["optimizer_steps"] = 1; });
+       },
+       "counters.optimizer_steps = 1 contradicts counters.global_steps = 2"},
+      {"optimizer_steps_huge",
+       [](const fs::path& p) {
+         edit_metadata_json(p, [](Json& m) {
+           m["counters"]["optimizer_steps"] = std::numeric_limits<int64_t>::max();
+         });
+       },
+       "counters.optimizer_steps = 9223372036854775807 contradicts"},
+      {"global_steps_shifted",
+       [](const fs::path& p) {
+         edit_metadata_json(p, [](Json& m) {
+           m["counters"]["global_steps"] = 7;
+           m["counters"]["optimizer_steps"] = 7;
+         });
+       },
+       "counters.micro_steps = 2 contradicts counters.global_steps + counters.skipped_steps = 7"},
+      {"param_dtype_int8",
+       [](const fs::path& p) { edit_metadata_json(p, [](Json& m) { m["param_dtype"] = "int8"; }); },
+       "param_dtype = \"int8\" is invalid; expected one of \"fp32\" \"bf16\" \"fp16\""},
+      {"param_dtype_not_the_configs",
+       [](const fs::path& p) { edit_metadata_json(p, [](Json& m) { m["param_dtype"] = "bf16"; }); },
+       "param_dtype = \"bf16\" contradicts config fp16.enabled = false, bf16.enabled = false"},
+      {"stage_not_the_configs",
+       [](const fs::path& p) { edit_metadata_json(p, [](Json& m) { m["stage"] = 2; }); },
+       "stage = 2 contradicts config.zero_optimization.stage = 1"},
+      {"loss_scale_negative",
+       [](const fs::path& p) {
+         edit_metadata_json(p, [](Json& m) { m["counters"]["loss_scaler"]["scale"] = -4.0; });
+       },
+       "counters.loss_scaler.scale = -4.0 is invalid; expected a finite number > 0"},
+      {"version_as_string",
+       [](const fs::path& p) { edit_metadata_json(p, [](Json& m) { m["version"] = "2"; }); },
+       "version = \"2\" is invalid; expected the integer 2"},
+      {"counter_as_string",
+       [](const fs::path& p) {
+         edit_metadata_json(p, [](Json& m) { m["counters"]["global_steps"] = "2"; });
+       },
+       "counters.global_steps = \"2\" is invalid; expected an integer"},
+      // A tag of the default form names its boundary: global_step9 holding step 2's state.
+      {"global_step9", [](const fs::path&) {},
+       "the tag 'global_step9' names the boundary the checkpoint was saved at, but "
+       "counters.global_steps + counters.skipped_steps = 2"},
+      // A 16-bit copy in a stage-1 fp32 checkpoint's file: a kind the metadata does not list.
+      {"param16_at_stage1",
+       [&](const fs::path& p) {
+         edit_rank0_file(p, [&](SafetensorsFile& content) {
+           const std::string master = first_master_key(content);
+           content.tensors["param16" + master.substr(6)] = content.tensors[master].to(at::kBFloat16);
+         });
+       },
+       "a kind of tensor the metadata does not list"},
       // A piece relabelled as another parameter of the same shape leaves one parameter
       // doubled and one uncovered: the loader checks coverage as the reader does.
       {"piece_relabelled",
@@ -479,7 +537,7 @@ TEST(Checkpoint, BadCheckpointsAreRejectedClearly) {
            }
          });
        },
-       "(the pieces must cover every element once)"},
+       "must cover every element once"},
       // Master pieces relabelled I32 with a recomputed CRC: refused by dtype, not trained on.
       {"master_as_int32",
        [&](const fs::path& p) {

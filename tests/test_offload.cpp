@@ -233,15 +233,16 @@ TEST(NvmeOffload, BadNvmePathIsAnErrorOnEveryRank) {
   }
 }
 
-// Note [Stale swap directories]: a directory of a process of this host that no longer runs is
-// removed at start-up; one of a live process, of another host, or without an owner stays.
+// Note [Stale swap directories]: a job with a rank directory of a process of this host that no
+// longer runs is removed at start-up, its live ranks' directories too; a job whose processes
+// all run, one of another host, or a directory without an owner stays.
 TEST(NvmeOffload, StaleSwapDirectoriesOfKilledRunsAreRemovedAtStart) {
   auto comm = world();
   const std::string dir = shared_temp_dir("offload-stale");
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
-  auto make = [&](const std::string& name, const std::string& owner) {
-    const fs::path rank_dir = fs::path(dir) / name / "rank0";
+  auto make = [&](const std::string& name, const std::string& owner, const char* rank = "rank0") {
+    const fs::path rank_dir = fs::path(dir) / name / rank;
     fs::create_directories(rank_dir);
     if (!owner.empty()) std::ofstream(rank_dir / "owner") << owner << "\n";
     std::ofstream(rank_dir / "optimizer.swp") << std::string(8192, 'x');
@@ -252,6 +253,9 @@ TEST(NvmeOffload, StaleSwapDirectoriesOfKilledRunsAreRemovedAtStart) {
     make("zero-live", swap_owner_text());
     make("zero-elsewhere", "some-other-host 4194303 1");
     make("zero-unowned", "");
+    // A killed rank's job whose other rank still exits: both go.
+    make("zero-half-dead", std::string(host) + " 4194303 1", "rank0");
+    make("zero-half-dead", swap_owner_text(), "rank1");
   }
   comm->barrier()->wait();
   RunOptions options;
@@ -262,6 +266,7 @@ TEST(NvmeOffload, StaleSwapDirectoriesOfKilledRunsAreRemovedAtStart) {
                              parse_config(make_config_json(options), comm->size(), "t"), comm);
     comm->barrier()->wait();
     EXPECT_FALSE(fs::exists(fs::path(dir) / "zero-dead"));
+    EXPECT_FALSE(fs::exists(fs::path(dir) / "zero-half-dead"));
     for (const char* kept : {"zero-live", "zero-elsewhere", "zero-unowned"}) {
       EXPECT_TRUE(fs::exists(fs::path(dir) / kept / "rank0" / "optimizer.swp")) << kept;
     }

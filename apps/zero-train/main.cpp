@@ -592,9 +592,25 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         const std::string text = engine->load_checkpoint(from.dir, from.tag);
         const nlohmann::json client = nlohmann::json::parse(text);
         const std::string where = from.dir + "/" + from.tag;
+        const int64_t boundary = engine->global_steps() + engine->skipped_steps();
         if (client.contains("next_step")) {
-          first_step = client.at("next_step").get<int64_t>();
-          ZERO_CHECK(first_step >= 0, where, ": next_step ", first_step, " in its client state");
+          // zero-train's own fields, checked against the engine's counters (which the
+          // checkpoint's reader has checked): one step per accumulation boundary.
+          const nlohmann::json& next = client.at("next_step");
+          ZERO_CHECK(next.is_number_integer() && next.get<int64_t>() == boundary,
+                     "checkpoint metadata '", where, "/metadata.json': client_state.next_step = ",
+                     next.dump(),
+                     " contradicts its counters, which say it was saved after boundary ",
+                     boundary, " (zero-train saves the boundary it is at: one step per boundary)");
+          first_step = boundary;
+          if (client.contains("model")) {
+            const nlohmann::json& saved_model = client.at("model");
+            ZERO_CHECK(saved_model.is_string() && saved_model.get<std::string>() == o.model,
+                       "checkpoint metadata '", where, "/metadata.json': client_state.model = ",
+                       saved_model.dump(),
+                       ", but this run trains --model ", o.model,
+                       "; resume with the model it was saved from");
+          }
           auto differs = [&](const char* key, const nlohmann::json& here) {
             if (client.contains(key) && client.at(key) != here) {
               resume_notes.push_back(std::string("note: the checkpoint's run had ") + key + " " +
@@ -614,7 +630,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
           }
         } else {
           // Not saved by zero-train: one optimizer step per accumulation boundary.
-          first_step = engine->global_steps() + engine->skipped_steps();
+          first_step = boundary;
           resume_notes.push_back("note: " + where + " has no next_step in its client state " +
                                  "(not saved by zero-train); continuing after its boundary " +
                                  std::to_string(first_step));

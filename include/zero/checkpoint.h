@@ -40,7 +40,7 @@ struct ZERO_API CheckpointSummary {
     uint32_t crc32 = 0;          // as recorded in the metadata
     int64_t pieces = 0;          // parameter pieces it holds
     int64_t elements = 0;        // parameter elements those pieces hold
-    std::string problem;         // with verify: "" when size and CRC-32 match, else what is wrong
+    std::string problem;         // with verify: "" when it passes a load's checks, else why not
   };
   struct LossScaler {
     double scale = 1.0;
@@ -76,8 +76,8 @@ struct ZERO_API CheckpointSummary {
                                  // "{}" when the checkpoint does not record one)
 
   bool verified = false;         // inspect_checkpoint ran with verify
-  /// Everything found wrong: pieces that do not cover every parameter element exactly once
-  /// (always checked) and, with verify, each file missing, truncated or corrupted.
+  /// With verify, each rank file that fails the checks a load makes of it (missing, truncated,
+  /// corrupted, a malformed safetensors header, a tensor the metadata does not describe).
   std::vector<std::string> problems;
   bool ok() const { return problems.empty(); }
 };
@@ -87,10 +87,12 @@ struct ZERO_API CheckpointSummary {
 /// valid tag.
 ZERO_API std::string latest_checkpoint_tag(const std::string& dir);
 
-/// Reads DIR/TAG/metadata.json (tag "": the one DIR/latest names). With `verify`, also reads
-/// every rank file and compares its size and CRC-32 with the metadata (File::problem,
-/// problems). Throws zero::Error when there is no checkpoint, the metadata is missing or not
-/// JSON, or it is of an unknown format version; a bad rank file is reported, not thrown.
+/// Reads DIR/TAG/metadata.json (tag "": the one DIR/latest names) and checks it as a load does
+/// (docs/checkpoints.md, "Metadata": every field's type and range, the fields against each
+/// other, the pieces covering every element once). With `verify`, also reads every rank file
+/// and makes every check a load makes of it (File::problem, problems). Throws zero::Error
+/// naming the file, the key and the value when there is no checkpoint or its metadata is
+/// wrong; a bad rank file is reported, not thrown.
 ZERO_API CheckpointSummary inspect_checkpoint(const std::string& dir, const std::string& tag = "",
                                      bool verify = false);
 

@@ -40,6 +40,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "checkpoint/format.h"
@@ -70,35 +71,6 @@ void fsync_directory(const fs::path& dir) {
   ZERO_CHECK(rc == 0, system_error("cannot fsync", dir));
 }
 
-// The generator state in a rank file, checked before the ranks agree to commit: a state of the
-// wrong size or shape must fail here, on the rank that reads it, not in set_state after the
-// other ranks have gone on (see load_checkpoint). The check is set_state itself, on a scratch
-// generator, after the shape checks that give a readable message.
-at::Tensor checked_generator_state(const SafetensorsFile& file, const fs::path& path) {
-  const auto it = file.tensors.find("rng/cpu");
-  ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(),
-             "' lacks 'rng/cpu', the rank's generator state");
-  const at::Tensor& state = it->second;
-  at::Tensor current;
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    current = generator.get_state();
-  }
-  ZERO_CHECK(state.scalar_type() == at::kByte && state.dim() == 1 &&
-                 state.numel() == current.numel(),
-             "checkpoint file '", path.string(), "': 'rng/cpu' is ", state.scalar_type(),
-             state.sizes(), "; a CPU generator state is uint8 [", current.numel(), "]");
-  try {
-    at::CPUGeneratorImpl scratch;
-    scratch.set_state(*state.unsafeGetTensorImpl());
-  } catch (const c10::Error& e) {
-    ZERO_CHECK(false, "checkpoint file '", path.string(), "': 'rng/cpu' is not a valid CPU ",
-               "generator state: ", e.what_without_backtrace());
-  }
-  return state;
-}
-
 const char* optimizer_name(OptimizerType type) {
   switch (type) {
     case OptimizerType::kAdamW: return "AdamW";
@@ -125,6 +97,14 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
       tag_in.empty() ? "global_step" + std::to_string(counters.global_steps + counters.skipped_steps)
                      : tag_in;
   check_tag(tag);
+  // A tag of the default form names the boundary it was saved at (Note [Checkpoint metadata]):
+  // "global_step5" at boundary 3 would mislead every reader, and loads refuse it.
+  const int64_t boundary = counters.global_steps + counters.skipped_steps;
+  const std::optional<int64_t> named = boundary_in_tag(tag);
+  ZERO_CHECK(!named || *named == boundary, "save_checkpoint: tag '", tag,
+             "' has the form of the default tag, which names the boundary saved at; this is ",
+             "boundary ", boundary, " (pass no tag, \"global_step", boundary,
+             "\", or a tag of another form)");
   const Json client = parse_bounded_json(client_state, "save_checkpoint: client_state");
   const fs::path root(dir);
   const fs::path final_dir = root / tag;
@@ -175,7 +155,7 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
         std::lock_guard<std::mutex> lock(generator.mutex());
         rng = generator.get_state();
       }
-      entries.push_back({"rng/cpu", rng.scalar_type(), {rng.numel()}});
+      entries.push_back({kGeneratorKey, rng.scalar_type(), {rng.numel()}});
       const fs::path path = temporary_dir / rank_file_name(rank);
       {
         SafetensorsWriter writer(path.string(), entries, {{"format", "zero-checkpoint-shard"}});
@@ -193,7 +173,7 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
             writer.write(piece_key("param16", name, s.begin), piece16);
           }
         }
-        writer.write("rng/cpu", rng.reshape({rng.numel()}));
+        writer.write(kGeneratorKey, rng.reshape({rng.numel()}));
         writer.finish();
       }
       int64_t bytes = 0;
@@ -233,6 +213,12 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
       metadata["files"] = files;
       metadata["client_state"] = client;
       metadata["crc32"] = metadata_checksum(metadata);
+      // What is written is what loads accept: the reader's checks, run on it first.
+      try {
+        (void)parse_metadata(metadata, (final_dir / kMetadataFile).string(), tag);
+      } catch (const Error& e) {
+        ZERO_INTERNAL_ASSERT(false, "save_checkpoint made metadata its reader refuses: ", e.what());
+      }
       write_file_atomically((temporary_dir / kMetadataFile).string(), metadata.dump(1));
       fsync_directory(temporary_dir);
       if (fs::exists(final_dir)) fs::remove_all(final_dir);  // not the latest (checked above)
@@ -353,18 +339,14 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
   Layout layout;
   at::Tensor rng;
   const std::string error = capture_error([&] {
+    // The metadata, checked (Note [Checkpoint metadata]): the same checks as zero-ckpt's.
     layout = read_layout(root, tag_in);
     const fs::path& checkpoint_dir = layout.dir;
-    const Json& metadata = layout.metadata;
-    // The reader's checks (checkpoint_reader.cpp) before anything else: every element of every
-    // saved parameter in exactly one piece, so no piece can be missing, doubled or relabelled.
-    const std::vector<std::string> problems = coverage_problems(layout);
-    ZERO_CHECK(problems.empty(), problems.empty() ? std::string() : problems.front(),
-               " (the pieces must cover every element once)");
+    const Metadata& metadata = layout.metadata;
 
     // The same model: every parameter by name and shape.
     std::map<std::string, std::vector<int64_t>> saved_shapes;
-    for (const auto& p : layout.parameters) saved_shapes[p.name] = p.shape;
+    for (const auto& p : metadata.parameters) saved_shapes[p.name] = p.shape;
     for (const auto& p : params) {
       const auto it = saved_shapes.find(p.name);
       ZERO_CHECK(it != saved_shapes.end(), "checkpoint '", checkpoint_dir.string(),
@@ -376,43 +358,36 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
     ZERO_CHECK(saved_shapes.size() == params.size(), "checkpoint '", checkpoint_dir.string(),
                "' is of a different model: it has ", saved_shapes.size(),
                " trainable parameters, this model ", params.size());
-    std::string optimizer;
-    std::vector<std::string> saved_state;
-    try {
-      optimizer = metadata.at("optimizer").at("type").get<std::string>();
-      saved_state = metadata.at("optimizer").at("state").get<std::vector<std::string>>();
-    } catch (const Json::exception& e) {
-      ZERO_CHECK(false, "checkpoint metadata '", (checkpoint_dir / kMetadataFile).string(),
-                 "' is malformed: ", e.what());
-    }
     const std::string configured = optimizer_name(subject.config().optimizer.type);
-    ZERO_CHECK(optimizer == configured, "checkpoint '", checkpoint_dir.string(),
-               "' was saved with optimizer ", optimizer, " but this config uses ", configured);
+    ZERO_CHECK(metadata.optimizer == configured, "checkpoint '", checkpoint_dir.string(),
+               "' was saved with optimizer ", metadata.optimizer, " but this config uses ",
+               configured);
     const std::vector<std::string> engine_state(parts.begin() + 1, parts.end());
-    ZERO_CHECK(saved_state == engine_state, "checkpoint '", checkpoint_dir.string(),
-               "' records optimizer state [", c10::Join(", ", saved_state), "] but ",
+    ZERO_CHECK(metadata.optimizer_state == engine_state, "checkpoint '", checkpoint_dir.string(),
+               "' records optimizer state [", c10::Join(", ", metadata.optimizer_state), "] but ",
                configured, " here keeps [", c10::Join(", ", engine_state), "]");
 
-    // Which pieces of which files this rank needs.
-    const Json& files = metadata.at("files");
-    std::vector<bool> needed(files.size(), false);
+    // Which pieces of which files this rank needs; each file read is checked whole
+    // (read_rank_file), as zero-ckpt inspect --verify checks it.
+    const int files = metadata.world_size;
+    std::vector<bool> needed(static_cast<size_t>(files), false);
     for (const StateSegment& s : wanted) {
-      for (const SavedPiece& piece : layout.pieces[params[s.param].name]) {
+      for (const SavedPiece& piece : metadata.pieces.at(params[s.param].name)) {
         if (piece.begin < s.end && s.begin < piece.end) needed[piece.file] = true;
       }
     }
-    const bool same_world = metadata.at("world_size").get<int>() == comm.size();
+    const bool same_world = metadata.world_size == comm.size();
     int64_t filled = 0;
-    for (int f = 0; f < static_cast<int>(files.size()); ++f) {
+    for (int f = 0; f < files; ++f) {
       const bool rng_file = same_world && f == rank;
       if (!needed[f] && !rng_file) continue;
-      const fs::path path = verify_rank_file(checkpoint_dir, files, f);
-      const SafetensorsFile file = read_safetensors(path.string());
-      if (rng_file) rng = checked_generator_state(file, path);
+      const SafetensorsFile file = read_rank_file(layout, f);
+      const fs::path path = checkpoint_dir / metadata.files[f].name;
+      if (rng_file) rng = file.tensors.at(kGeneratorKey);
       if (!needed[f]) continue;
       for (const StateSegment& s : wanted) {
         const std::string& name = params[s.param].name;
-        for (const SavedPiece& piece : layout.pieces[name]) {
+        for (const SavedPiece& piece : metadata.pieces.at(name)) {
           if (piece.file != f) continue;
           const int64_t begin = std::max(piece.begin, s.begin);
           const int64_t end = std::min(piece.end, s.end);
@@ -432,8 +407,7 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
                " of the ", expected, " elements rank ", rank,
                " needs: its pieces do not cover every parameter");
     staging->flush();
-    // Counters are parsed here too, so that only the commit's own writes can fail below.
-    saved = counters_from_json(metadata.at("counters"));
+    saved = metadata.counters;
   });
   agree_on_failure(comm, "load_checkpoint", error);
 
@@ -455,7 +429,7 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
     generator.set_state(rng);
   }
   subject.finish_load(counters);
-  return layout.metadata.at("client_state").dump();
+  return layout.metadata.client_state.dump();
 }
 
 }  // namespace zero

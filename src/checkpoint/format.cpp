@@ -11,6 +11,11 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
 #include "common/bounded_input.h"
 #include "zero/error.h"
@@ -76,76 +81,6 @@ std::string resolve_tag(const fs::path& root, const std::string& tag_in) {
   return tag;
 }
 
-namespace {
-
-// The integers the loader and the reader narrow (world size, stage, counters) are checked here,
-// once, for both: an edited metadata.json with world_size 0 or -1, stage 7 or a counter beyond
-// its type is refused with its key path instead of being cast.
-void check_metadata_ranges(const Json& metadata, const fs::path& path) {
-  auto check = [&](const Json& parent, const std::string& where, const char* key, int64_t least,
-                   int64_t most) {
-    const Json* value = parent.is_object() && parent.contains(key) ? &parent.at(key) : nullptr;
-    bool ok = false;
-    if (value != nullptr && value->is_number_unsigned()) {
-      ok = value->get<uint64_t>() <= static_cast<uint64_t>(most) &&
-           static_cast<int64_t>(value->get<uint64_t>()) >= least;
-    } else if (value != nullptr && value->is_number_integer()) {
-      ok = value->get<int64_t>() >= least && value->get<int64_t>() <= most;
-    }
-    ZERO_CHECK(ok, "checkpoint metadata '", path.string(), "': ", where, key, " = ",
-               value != nullptr ? value->dump().substr(0, 100) : std::string("(missing)"),
-               " is invalid; expected an integer in [", least, ", ", most, "]");
-  };
-  constexpr int64_t kInt = std::numeric_limits<int>::max();
-  constexpr int64_t kInt64 = std::numeric_limits<int64_t>::max();
-  check(metadata, "", "world_size", 1, kInt);
-  check(metadata, "", "stage", 0, 3);
-  const Json* files = metadata.contains("files") ? &metadata.at("files") : nullptr;
-  ZERO_CHECK(files != nullptr && files->is_array() &&
-                 files->size() == metadata.at("world_size").get<uint64_t>(),
-             "checkpoint metadata '", path.string(), "': files must list one entry per rank (",
-             metadata.at("world_size").get<int64_t>(), "), found ",
-             files == nullptr ? std::string("none") : files->dump().substr(0, 100));
-  const Json empty = Json::object();
-  const Json& counters = metadata.contains("counters") ? metadata.at("counters") : empty;
-  for (const char* key : {"global_steps", "skipped_steps", "micro_steps", "optimizer_steps"}) {
-    check(counters, "counters.", key, 0, kInt64);
-  }
-  check(counters, "counters.", "gradient_accumulation_steps", 1, kInt);
-  const Json& scaler = counters.contains("loss_scaler") ? counters.at("loss_scaler") : empty;
-  check(scaler, "counters.loss_scaler.", "current_hysteresis", 0, kInt);
-  check(scaler, "counters.loss_scaler.", "iteration", 0, kInt64);
-  check(scaler, "counters.loss_scaler.", "last_overflow_iteration", -1, kInt64);
-}
-
-}  // namespace
-
-Json read_metadata(const fs::path& checkpoint_dir) {
-  const fs::path path = checkpoint_dir / kMetadataFile;
-  ZERO_CHECK(fs::exists(path), "checkpoint '", checkpoint_dir.string(),
-             "' is incomplete or missing: '", path.string(), "' does not exist");
-  const Json metadata =
-      parse_bounded_json(read_text_file(path, "checkpoint metadata", kMaxMetadataBytes),
-                         "checkpoint metadata '" + path.string() + "'");
-  const std::string format =
-      metadata.is_object() ? metadata.value("format", std::string()) : std::string();
-  ZERO_CHECK(format == kFormat, "'", path.string(), "' is not a zero checkpoint (format '",
-             format, "', expected '", kFormat, "')");
-  const int version = metadata.value("version", -1);
-  ZERO_CHECK(version == kVersion, "'", path.string(), "' has checkpoint format version ",
-             version, "; this build reads version ", kVersion);
-  const Json* recorded = metadata.contains("crc32") ? &metadata.at("crc32") : nullptr;
-  const uint32_t crc = metadata_checksum(metadata);
-  ZERO_CHECK(recorded != nullptr && recorded->is_number_unsigned() &&
-                 recorded->get<uint64_t>() == crc,
-             "checkpoint metadata '", path.string(), "' was edited or damaged: its CRC-32 is ",
-             crc, " but it records ",
-             recorded == nullptr ? std::string("none") : recorded->dump().substr(0, 40),
-             " (a save writes the CRC-32 of the metadata without its \"crc32\" key)");
-  check_metadata_ranges(metadata, path);
-  return metadata;
-}
-
 uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
   // Opened non-blocking and checked on the descriptor: Note [Bounded input]. Rank files are
   // inside a checkpoint, so a symbolic link is refused by the open itself (ELOOP).
@@ -175,40 +110,88 @@ uint32_t file_crc32(const fs::path& path, int64_t* bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-fs::path verify_rank_file(const fs::path& checkpoint_dir, const Json& files, int index) {
-  const Json& entry = files.at(index);
-  const Json& name = entry.at("file");
-  const std::string expected = rank_file_name(index);
-  ZERO_CHECK(name.is_string() && name.get_ref<const std::string&>() == expected,
-             "checkpoint metadata '", (checkpoint_dir / kMetadataFile).string(), "': files[",
-             index, "].file is ", name.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200),
-             "; rank ", index, "'s file is '", expected, "' (no other name is read)");
-  const fs::path path = checkpoint_dir / expected;
+namespace {
+
+// The file of `entry` in the checkpoint: a regular file, not a symbolic link (which could lead
+// out of it), of the recorded size and CRC-32.
+fs::path verified_rank_file(const fs::path& checkpoint_dir, const SavedFile& entry) {
+  const fs::path path = checkpoint_dir / entry.name;
   std::error_code error;
   const fs::file_status status = fs::symlink_status(path, error);
   ZERO_CHECK(!error && fs::exists(status), "checkpoint file '", path.string(), "' is missing");
   ZERO_CHECK(!fs::is_symlink(status), "checkpoint file '", path.string(),
              "' is a symbolic link; rank files must be regular files inside the checkpoint");
-  const int64_t recorded_bytes = entry.at("bytes").get<int64_t>();
-  const uint32_t recorded_crc = entry.at("crc32").get<uint32_t>();
   int64_t bytes = 0;
   const uint32_t crc = file_crc32(path, &bytes);
-  ZERO_CHECK(bytes == recorded_bytes, "checkpoint file '", path.string(), "' has ", bytes,
-             " bytes but the metadata records ", recorded_bytes, " (truncated or replaced)");
-  ZERO_CHECK(crc == recorded_crc, "checkpoint file '", path.string(), "' is corrupted: CRC-32 ",
-             crc, " does not match the recorded ", recorded_crc);
+  ZERO_CHECK(bytes == entry.bytes, "checkpoint file '", path.string(), "' has ", bytes,
+             " bytes but the metadata records ", entry.bytes, " (truncated or replaced)");
+  ZERO_CHECK(crc == entry.crc32, "checkpoint file '", path.string(), "' is corrupted: CRC-32 ",
+             crc, " does not match the recorded ", entry.crc32);
   return path;
 }
 
-std::map<std::string, std::vector<SavedPiece>> saved_pieces(const Json& files) {
-  std::map<std::string, std::vector<SavedPiece>> pieces_of;
-  for (int f = 0; f < static_cast<int>(files.size()); ++f) {
-    for (const auto& piece : files[f].at("pieces")) {
-      pieces_of[piece.at(0).get<std::string>()].push_back(
-          {f, piece.at(1).get<int64_t>(), piece.at(2).get<int64_t>()});
+// "rng/cpu" must be a state this libtorch's CPU generator accepts: checked by setting it on a
+// scratch generator, so that a load fails before the ranks agree to commit and not after.
+void check_generator_state(const SafetensorsFile& file, const fs::path& path) {
+  const auto it = file.tensors.find(kGeneratorKey);
+  ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(), "' lacks '",
+             kGeneratorKey, "', the rank's generator state");
+  const at::Tensor& state = it->second;
+  at::Tensor current;
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    current = generator.get_state();
+  }
+  ZERO_CHECK(state.scalar_type() == at::kByte && state.dim() == 1 &&
+                 state.numel() == current.numel(),
+             "checkpoint file '", path.string(), "': '", kGeneratorKey, "' is ", state.scalar_type(),
+             state.sizes(), "; a CPU generator state is uint8 [", current.numel(), "]");
+  try {
+    at::CPUGeneratorImpl scratch;
+    scratch.set_state(*state.unsafeGetTensorImpl());
+  } catch (const c10::Error& e) {
+    ZERO_CHECK(false, "checkpoint file '", path.string(), "': '", kGeneratorKey,
+               "' is not a valid CPU generator state: ", e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+SafetensorsFile read_rank_file(const Layout& layout, int index) {
+  const Metadata& m = layout.metadata;
+  ZERO_INTERNAL_ASSERT(index >= 0 && index < static_cast<int>(m.files.size()), "rank file ", index,
+                       " of ", m.files.size());
+  const fs::path path = verified_rank_file(layout.dir, m.files[static_cast<size_t>(index)]);
+  SafetensorsFile file = read_safetensors(path.string());
+  check_generator_state(file, path);
+  // Every tensor the metadata places here, of the dtype and length it says; nothing else.
+  const std::vector<std::string> kinds = m.piece_kinds();
+  size_t listed = 1;  // rng/cpu
+  for (const auto& [name, pieces] : m.pieces) {
+    for (const SavedPiece& piece : pieces) {
+      if (piece.file != index) continue;
+      for (const std::string& kind : kinds) {
+        piece_tensor(file, path, kind, name, piece, kind == "param16" ? m.param_dtype : at::kFloat);
+        ++listed;
+      }
     }
   }
-  return pieces_of;
+  if (file.tensors.size() != listed) {
+    for (const auto& [key, tensor] : file.tensors) {
+      const size_t slash = key.find('/');
+      const std::string kind = key.substr(0, slash);
+      const bool known = key == kGeneratorKey || std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+      ZERO_CHECK(known, "checkpoint file '", path.string(), "' holds '", key,
+                 "', a kind of tensor the metadata does not list (stage ", m.stage, ", param_dtype ",
+                 dtype_name(m.param_dtype), ", optimizer ", m.optimizer, " save ",
+                 c10::Join(", ", kinds), ")");
+    }
+    ZERO_CHECK(false, "checkpoint file '", path.string(), "' holds ", file.tensors.size(),
+               " tensors, but the metadata lists ", listed,
+               " (its pieces of each kind, and the generator state)");
+  }
+  return file;
 }
 
 std::string coverage_problem(const std::string& name, int64_t numel,
@@ -242,99 +225,30 @@ Layout read_layout(const fs::path& root, const std::string& tag_in) {
   Layout layout;
   layout.tag = resolve_tag(root, tag_in);
   layout.dir = checkpoint_directory(root, layout.tag);
-  layout.metadata = read_metadata(layout.dir);
-  const fs::path metadata_path = layout.dir / kMetadataFile;
-  try {
-    for (const Json& p : layout.metadata.at("parameters")) {
-      CheckpointSummary::Parameter parameter;
-      parameter.name = p.at("name").get<std::string>();
-      parameter.shape = p.at("shape").get<std::vector<int64_t>>();
-      parameter.numel = 1;
-      for (int64_t d : parameter.shape) {
-        ZERO_CHECK(d >= 0 && (d == 0 || parameter.numel <= std::numeric_limits<int64_t>::max() / d),
-                   "checkpoint metadata '", metadata_path.string(), "': parameter '",
-                   parameter.name, "' has shape ", c10::IntArrayRef(parameter.shape),
-                   "; dimensions must be non-negative and their product fit in 64 bits");
-        parameter.numel *= d;
-      }
-      layout.parameters.push_back(std::move(parameter));
-    }
-    layout.pieces = saved_pieces(layout.metadata.at("files"));
-  } catch (const Json::exception& e) {
-    ZERO_CHECK(false, "checkpoint metadata '", metadata_path.string(), "' is malformed: ",
-               e.what());
-  }
-  std::map<std::string, int> seen;
-  for (const auto& p : layout.parameters) {
-    ZERO_CHECK(++seen[p.name] == 1, "checkpoint metadata '", metadata_path.string(),
-               "' lists parameter '", p.name, "' twice");
-  }
-  for (const auto& [name, pieces] : layout.pieces) {
-    ZERO_CHECK(seen.count(name) == 1, "checkpoint metadata '", metadata_path.string(),
-               "' lists pieces of '", name, "', which is not among its parameters");
-  }
+  const fs::path path = layout.dir / kMetadataFile;
+  ZERO_CHECK(fs::exists(fs::symlink_status(path)), "checkpoint '", layout.dir.string(),
+             "' is incomplete or missing: '", path.string(), "' does not exist");
+  const nlohmann::json json =
+      parse_bounded_json(read_text_file(path, "checkpoint metadata", kMaxMetadataBytes),
+                         "checkpoint metadata '" + path.string() + "'");
+  layout.metadata = parse_metadata(json, path.string(), layout.tag);
   return layout;
-}
-
-std::vector<std::string> coverage_problems(const Layout& layout) {
-  std::vector<std::string> problems;
-  for (const auto& p : layout.parameters) {
-    const auto it = layout.pieces.find(p.name);
-    std::string problem =
-        coverage_problem(p.name, p.numel, it == layout.pieces.end() ? std::vector<SavedPiece>()
-                                                                    : it->second);
-    if (!problem.empty()) {
-      problems.push_back("checkpoint '" + layout.dir.string() + "': " + problem);
-    }
-  }
-  return problems;
 }
 
 const at::Tensor& piece_tensor(const SafetensorsFile& file, const fs::path& path,
                                const std::string& kind, const std::string& name,
-                               const SavedPiece& piece) {
+                               const SavedPiece& piece, at::ScalarType dtype) {
   const std::string key = piece_key(kind, name, piece.begin);
   const auto it = file.tensors.find(key);
   ZERO_CHECK(it != file.tensors.end(), "checkpoint file '", path.string(), "' lacks '", key,
              "' that the metadata lists");
   const at::Tensor& value = it->second;
-  ZERO_CHECK(value.scalar_type() == at::kFloat && value.dim() == 1 &&
+  ZERO_CHECK(value.scalar_type() == dtype && value.dim() == 1 &&
                  value.numel() == piece.end - piece.begin,
              "checkpoint file '", path.string(), "': '", key, "' is ", value.scalar_type(),
-             value.sizes(), " where the metadata says fp32 [", piece.end - piece.begin, "]");
+             value.sizes(), " where the metadata says ", dtype_name(dtype), " [",
+             piece.end - piece.begin, "]");
   return value;
-}
-
-nlohmann::json counters_to_json(const SavedCounters& saved) {
-  const TrainingCounters& c = saved.training;
-  return {{"global_steps", c.global_steps},
-          {"skipped_steps", c.skipped_steps},
-          {"micro_steps", c.micro_steps},
-          {"optimizer_steps", c.optimizer_steps},
-          {"gradient_accumulation_steps", saved.gradient_accumulation_steps},
-          {"lr", c.lr},
-          {"loss_scaler",
-           {{"scale", c.scaler.scale},
-            {"current_hysteresis", c.scaler.current_hysteresis},
-            {"iteration", c.scaler.iteration},
-            {"last_overflow_iteration", c.scaler.last_overflow_iteration}}}};
-}
-
-SavedCounters counters_from_json(const nlohmann::json& json) {
-  SavedCounters saved;
-  TrainingCounters& c = saved.training;
-  c.global_steps = json.at("global_steps").get<int64_t>();
-  c.skipped_steps = json.at("skipped_steps").get<int64_t>();
-  c.micro_steps = json.at("micro_steps").get<int64_t>();
-  c.optimizer_steps = json.at("optimizer_steps").get<int64_t>();
-  saved.gradient_accumulation_steps = json.at("gradient_accumulation_steps").get<int>();
-  c.lr = json.at("lr").get<double>();
-  const nlohmann::json& scaler = json.at("loss_scaler");
-  c.scaler.scale = scaler.at("scale").get<double>();
-  c.scaler.current_hysteresis = scaler.at("current_hysteresis").get<int>();
-  c.scaler.iteration = scaler.at("iteration").get<int64_t>();
-  c.scaler.last_overflow_iteration = scaler.at("last_overflow_iteration").get<int64_t>();
-  return saved;
 }
 
 }  // namespace zero::checkpoint_format

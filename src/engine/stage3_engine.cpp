@@ -520,13 +520,17 @@ void Stage3Engine::make_param_store() {
   }
   const std::vector<ParamStore::Segment> segments =
       param_segments(numel, persistent, offload.max_in_cpu);
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    ZERO_CHECK(!segments[g].swapped || segments[g].numel <= offload.buffer_size, config_.source,
-               ": zero_optimization.offload_param.buffer_size = ", offload.buffer_size,
-               " elements is smaller than this rank's shard of unit '", groups_[g].name, "' (",
-               segments[g].numel, " elements), which must fit in one buffer; allowed: >= ",
-               segments[g].numel, " at this world size");
-  }
+  // Shards differ between ranks, so this can fail on some only: every rank throws together
+  // (one message, the lowest failing rank's), none waits in the collectives below.
+  agree_on_failure(*comm_, "NVMe offload", capture_error([&] {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      ZERO_CHECK(!segments[g].swapped || segments[g].numel <= offload.buffer_size, config_.source,
+                 ": zero_optimization.offload_param.buffer_size = ", offload.buffer_size,
+                 " elements is smaller than this rank's shard of unit '", groups_[g].name, "' (",
+                 segments[g].numel, " elements), which must fit in one buffer; allowed: >= ",
+                 segments[g].numel, " at this world size");
+    }
+  }));
   AsyncIo& io = async_io();
   const SwapDirectory& directory =
       swap_directory(offload.nvme_path, config_.source + ": zero_optimization.offload_param.nvme_path");

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -19,9 +21,18 @@
 namespace zero {
 namespace {
 
+// In the unit that shows the size (not "0.0 GiB" for a few MiB), with the exact bytes below
+// 1 GiB, where a rounded figure could hide the difference between need and room.
 std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  char text[64];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) {
+    std::snprintf(text, sizeof(text), "%.1f GiB", b / (1 << 30));
+  } else if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB (%lld bytes)", b / (1 << 20), static_cast<long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof(text), "%lld bytes", static_cast<long long>(bytes));
+  }
   return text;
 }
 
@@ -108,10 +119,12 @@ std::string check_fits(const Config& config, const StateEstimate& e, int64_t mem
   // system and its free space.
   std::vector<struct statvfs> spaces(targets.size());
   std::vector<bool> have_space(targets.size(), false);
+  std::vector<int> space_errno(targets.size(), 0);
   std::ostringstream mine;
   mine << host_name() << " " << host_memory_available();
   for (size_t t = 0; t < targets.size(); ++t) {
     have_space[t] = ::statvfs(targets[t].path.c_str(), &spaces[t]) == 0;
+    if (!have_space[t]) space_errno[t] = errno;
     mine << " " << (have_space[t] ? std::to_string(spaces[t].f_fsid) : std::string("-")) << " "
          << (have_space[t] ? static_cast<int64_t>(spaces[t].f_bavail) *
                                  static_cast<int64_t>(spaces[t].f_frsize)
@@ -159,8 +172,11 @@ std::string check_fits(const Config& config, const StateEstimate& e, int64_t mem
     }
     for (size_t t = 0; t < targets.size(); ++t) {
       const SwapTarget& target = targets[t];
+      ZERO_CHECK(have_space[t] || space_errno[t] != ENOENT, config.source, ": ", target.key,
+                 " = \"", target.path, "\" does not exist on ", here,
+                 "; allowed: an existing, writable directory for the swap files");
       ZERO_CHECK(have_space[t], config.source, ": cannot read the free space under ", target.key,
-                 " = \"", target.path, "\"");
+                 " = \"", target.path, "\": ", std::strerror(space_errno[t]));
       const auto& [wanted, free_bytes] = disks.at(here + ":" + std::to_string(spaces[t].f_fsid));
       ZERO_CHECK(wanted <= free_bytes, config.source, ": ", account, "; the swap files of the ",
                  "rank(s) on ", here, " need ", gib(wanted), " on the file system of ", target.key,

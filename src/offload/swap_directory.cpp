@@ -69,16 +69,25 @@ long long sweep_stale_swap_directories(const std::string& nvme_path) {
     if (job.path().filename().string().rfind("zero-", 0) != 0) continue;
     std::error_code job_error;
     if (!job.is_directory(job_error)) continue;
+    // The job's rank directories owned by processes of this host, and whether one of those
+    // processes is gone: then the job is dead (its ranks live and die together), and all of
+    // them go, those of ranks still exiting too (their open files stay valid until they do).
+    std::vector<fs::path> here;
+    bool dead = false;
     for (const fs::directory_entry& rank : fs::directory_iterator(job.path(), job_error)) {
       std::ifstream in(rank.path() / kOwnerFile);
       std::string owner_host, start;
       long pid = 0;
       if (!(in >> owner_host >> pid >> start)) continue;  // being made, or not ours
       if (owner_host != host) continue;                   // that host's runs sweep it
-      if (process_start_time(pid) == start) continue;     // still running
-      const long long bytes = bytes_under(rank.path());
+      here.push_back(rank.path());
+      if (process_start_time(pid) != start) dead = true;
+    }
+    if (!dead) continue;
+    for (const fs::path& rank : here) {
+      const long long bytes = bytes_under(rank);
       std::error_code remove_error;
-      fs::remove_all(rank.path(), remove_error);  // another rank may be sweeping it too
+      fs::remove_all(rank, remove_error);  // another rank may be sweeping it too
       if (!remove_error) freed += bytes;
     }
     std::error_code ignored;
@@ -103,9 +112,13 @@ SwapDirectory::SwapDirectory(const std::string& nvme_path, const std::string& ke
                "\" is not writable on rank ", rank, ": ", std::strerror(errno));
     freed = sweep_stale_swap_directories(nvme_path);
   }));
-  if (freed > 0) {
-    std::fprintf(stderr, "zero: rank %d removed %.1f MiB of swap files a killed run left under %s\n",
-                 rank, static_cast<double>(freed) / (1 << 20), nvme_path.c_str());
+  // One line for the job: what every rank removed (ranks of one host race to remove the same
+  // directories; each counts what it removed).
+  long long total = 0;
+  for (const std::string& text : all_gather_texts(comm, std::to_string(freed))) total += std::stoll(text);
+  if (total > 0 && rank == 0) {
+    std::fprintf(stderr, "zero: removed %.1f MiB of swap files that killed runs left under %s\n",
+                 static_cast<double>(total) / (1 << 20), nvme_path.c_str());
   }
   // One job name for all ranks: rank 0's host, process and time.
   const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -14,10 +14,14 @@ class Communicator;
 // A killed run cannot remove its swap files, and they are as large as its optimizer state. Each
 // rank directory holds an `owner` file: the host name, the process id and the process's start
 // time (field 22 of /proc/<pid>/stat, so a recycled pid is not mistaken for the owner). At
-// start-up every rank looks at every zero-*/rank*/ under nvme_path: one owned by a process of
-// this host that no longer runs is removed, with one line saying how many bytes that freed; one
-// of a live process or of another host is left alone (that host's next run sweeps it). A
-// directory without a readable owner file is left alone too: it may be one being made.
+// start-up every rank looks at every job's zero-*/rank*/ under nvme_path: when a process of
+// this host that owns one of a job's rank directories no longer runs, the job is dead (its
+// ranks live and die together), and every rank directory of it owned on this host is removed,
+// also those of ranks still exiting (a killed rank's peers end at the collective timeout,
+// often after the next start has begun); rank 0 prints one line saying how many bytes all
+// ranks freed. A job whose processes here all run is left alone, as are directories of other
+// hosts (that host's next run sweeps them) and those without a readable owner file (one may
+// be being made).
 
 class SwapDirectory {
  public:

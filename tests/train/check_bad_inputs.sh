@@ -103,6 +103,35 @@ echo '{"format": "zero-checkpoint", "version": 99}' > "$work/bad-checkpoint/glob
 check checkpoint_dir_in_use "$work/bad-checkpoint" "latest: global_step1" "--resume auto" -- \
   --config "$good_config" --save-every 1 --checkpoint-dir "$work/bad-checkpoint"
 check resume_bad_checkpoint "cannot resume" "version 99" -- --config "$good_config" --resume "$work/bad-checkpoint"
+# A real checkpoint edited and re-signed as a forger would (Note [Checkpoint metadata]): each
+# edit contradicts the rest of the metadata and is refused by key, with the file named.
+timeout 120 "$zero_run" -n 2 -- "$zero_train" --config "$good_config" --steps 1 --save-every 1 \
+  --checkpoint-dir "$work/signed/original" --out "$work/run-signed" >"$work/signed.out" 2>&1 ||
+  { echo "[signed] the run to edit failed"; cat "$work/signed.out"; failures=$((failures + 1)); }
+edit_checkpoint() {  # NAME PYTHON_EDIT_OF_m: a copy of the checkpoint, edited and re-signed
+  rm -rf "$work/signed/$1"; cp -r "$work/signed/original" "$work/signed/$1"
+  python3 - "$work/signed/$1/global_step1/metadata.json" "$2" <<'PY'
+import json, sys, zlib
+path, edit = sys.argv[1], sys.argv[2]
+m = json.load(open(path))
+exec(edit)
+m.pop("crc32", None)
+m["crc32"] = zlib.crc32(json.dumps(m, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
+json.dump(m, open(path, "w"), indent=1)
+PY
+}
+edit_checkpoint next_step 'm["client_state"]["next_step"] = 0'
+check resume_next_step_contradicts "cannot resume" "global_step1/metadata.json': client_state.next_step = 0 contradicts" \
+  "saved after boundary 1" -- --config "$good_config" --steps 3 --resume "$work/signed/next_step"
+edit_checkpoint optimizer_steps 'm["counters"]["optimizer_steps"] = 0'
+check resume_optimizer_steps_reset "cannot resume" "counters.optimizer_steps = 0 contradicts counters.global_steps = 1" \
+  -- --config "$good_config" --steps 3 --resume "$work/signed/optimizer_steps"
+edit_checkpoint version_string 'm["version"] = "2"'
+check resume_version_string "cannot resume" "version = \"2\" is invalid; expected the integer 2" \
+  -- --config "$good_config" --steps 3 --resume "$work/signed/version_string"
+edit_checkpoint model_renamed 'm["client_state"]["model"] = "gpt2-other"'
+check resume_model_renamed "cannot resume" "client_state.model = \"gpt2-other\", but this run trains --model gpt2-tiny" \
+  -- --config "$good_config" --steps 3 --resume "$work/signed/model_renamed"
 # Inputs that are not what they claim (Note [Bounded input] in src/common/bounded_input.h):
 # none may hang, grow memory without bound or crash.
 check threads_too_many "--threads" "100000" "cores" -- --config "$good_config" --threads 100000
