@@ -1,7 +1,8 @@
 // NVMe offload benchmarks (docs/benchmarks.md, "NVMe offload"):
 //   swapper    sequential write then read of a swap file through AsyncIo in records of
 //              --record-mib, --buffers in flight: the swapper's bandwidth, to set beside the
-//              disk's own limit (bench/disk_limit.sh, fio at the same block size);
+//              disk's own limit (bench/disk_limit.sh, fio at the same block size), with and
+//              without the records' checksums (Note [Swap record checksums]), interleaved;
 //   optimizer  ShardOptimizer (AdamW) on --numel elements with --threads: elements/s, to set
 //              beside DeepSpeed's CPU Adam on the same sizes (bench/deepspeed_cpu_adam.py);
 //              --grad-dtype fp32|bf16|fp16 and --param-dtype none|bf16|fp16 (the rounded copy);
@@ -14,16 +15,21 @@
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "offload/async_io.h"
 #include "offload/swap_directory.h"
 #include "offload/swap_file.h"
@@ -55,6 +61,18 @@ struct Options {
   std::string param_dtype = "none";
 };
 
+// CRC-32C bytes per second over `bytes` of `data` (in cache after the first pass).
+double crc32c_rate(const char* data, int64_t bytes) {
+  volatile uint32_t sink = zero::crc32c(data, static_cast<size_t>(bytes));
+  const auto t0 = Clock::now();
+  int passes = 0;
+  do {
+    sink = zero::crc32c(data, static_cast<size_t>(bytes), sink);
+    ++passes;
+  } while (since(t0) < 0.2);
+  return static_cast<double>(bytes) * passes / since(t0);
+}
+
 void swapper(const Options& o) {
   zero::AioConfig aio;
   aio.block_size = o.block_size;
@@ -69,27 +87,56 @@ void swapper(const Options& o) {
     buffers.push_back(std::make_unique<zero::AlignedBuffer>(record));
     std::memset(buffers.back()->data(), static_cast<int>(b + 1), static_cast<size_t>(record));
   }
+  // The unchecked swapper (Note [Swap record checksums]: no CRC-32C at write, no check at
+  // read): the same AsyncIo on a second descriptor of the same file, interleaved round by round
+  // with SwapFile's checked transfers. Both write the same bytes, so the sums stay right.
+  const int raw = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (file.direct() ? O_DIRECT : 0));
+  if (raw < 0) throw std::runtime_error("cannot open " + path + " again");
+  std::map<std::string, std::vector<double>> seconds_of;
   for (int round = 0; round < o.rounds; ++round) {
-    for (bool write : {true, false}) {
-      std::vector<zero::AsyncIo::Ticket> in_flight(buffers.size());
-      const auto t0 = Clock::now();
-      for (int64_t r = 0; r < records; ++r) {
-        const size_t b = static_cast<size_t>(r) % buffers.size();
-        zero::AsyncIo::wait(in_flight[b]);
-        in_flight[b] = write ? file.write(buffers[b]->data(), record, r * record)
-                             : file.read(buffers[b]->data(), record, r * record);
+    for (bool checked : {true, false}) {
+      for (bool write : {true, false}) {
+        std::vector<zero::AsyncIo::Ticket> in_flight(buffers.size());
+        const auto t0 = Clock::now();
+        for (int64_t r = 0; r < records; ++r) {
+          const size_t b = static_cast<size_t>(r) % buffers.size();
+          zero::AsyncIo::wait(in_flight[b]);
+          char* data = buffers[b]->data();
+          if (checked) {
+            in_flight[b] = write ? file.write(data, record, r * record)
+                                 : file.read(data, record, r * record, "record " + std::to_string(r));
+          } else {
+            in_flight[b] = write ? io.write(raw, data, record, r * record, path)
+                                 : io.read(raw, data, record, r * record, path);
+          }
+        }
+        for (auto& t : in_flight) zero::AsyncIo::wait(t);
+        const double seconds = since(t0);
+        if (write) file.seal();
+        const std::string what = std::string(write ? "write" : "read") + (checked ? "" : "_unchecked");
+        seconds_of[what].push_back(seconds);
+        std::printf("swapper %s_GBps=%.3f record=%lldMiB buffers=%lld block=%lld qd=%lld "
+                    "direct=%d size=%lldMiB round=%d\n",
+                    what.c_str(), static_cast<double>(records * record) / seconds / 1e9,
+                    static_cast<long long>(o.record_mib), static_cast<long long>(o.buffers),
+                    static_cast<long long>(o.block_size), static_cast<long long>(o.queue_depth),
+                    file.direct() ? 1 : 0, static_cast<long long>(records * record >> 20), round);
+        std::fflush(stdout);
       }
-      for (auto& t : in_flight) zero::AsyncIo::wait(t);
-      const double seconds = since(t0);
-      if (write) file.seal();
-      std::printf("swapper %s_GBps=%.3f record=%lldMiB buffers=%lld block=%lld qd=%lld "
-                  "direct=%d size=%lldMiB round=%d\n",
-                  write ? "write" : "read", static_cast<double>(records * record) / seconds / 1e9,
-                  static_cast<long long>(o.record_mib), static_cast<long long>(o.buffers),
-                  static_cast<long long>(o.block_size), static_cast<long long>(o.queue_depth),
-                  file.direct() ? 1 : 0, static_cast<long long>(records * record >> 20), round);
-      std::fflush(stdout);
     }
+  }
+  ::close(raw);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (const char* what : {"write", "read"}) {
+    const double checked = median(seconds_of[what]);
+    const double unchecked = median(seconds_of[std::string(what) + "_unchecked"]);
+    std::printf("swapper %s checksum_cost=%+.1f%% (median of %d rounds: %.3f s checked, %.3f s "
+                "unchecked; CRC-32C alone %.2f GB/s)\n",
+                what, (checked / unchecked - 1) * 100, o.rounds, checked, unchecked,
+                crc32c_rate(buffers[0]->data(), record) / 1e9);
   }
 }
 
@@ -154,10 +201,12 @@ void step(const Options& o, zero::Communicator& comm) {
     return zero::make_swap_store(parts, numel, tile, offload, io, directory, name);
   };
   auto params = [&] { return std::make_shared<zero::ParamStore>(at::randn({o.numel}) * 0.01); };
-  zero::ShardState in_memory(config, params(), std::nullopt, o.tile,
+  zero::ShardState in_memory(config, params(), at::Tensor(), o.tile,
                              zero::Placement::kHost, memory_maker, {}, {});
-  zero::ShardState on_nvme(config, params(), std::nullopt, o.tile,
+  zero::ShardState on_nvme(config, params(), at::Tensor(), o.tile,
                            zero::Placement::kNvme, nvme_maker, {}, {});
+  const double crc_rate = crc32c_rate(static_cast<const char*>(grad.data_ptr()),
+                                     std::min<int64_t>(grad.numel() * 4, 64 << 20));
   in_memory.step(1.0, 1e-3, grad);  // warm-up: first touch of the moments
   on_nvme.step(1.0, 1e-3, grad);
   double memory_total = 0, nvme_total = 0;
@@ -171,9 +220,12 @@ void step(const Options& o, zero::Communicator& comm) {
     memory_total += m;
     nvme_total += n;
     const double moved = 2.0 * static_cast<double>(on_nvme.file_bytes());  // read + write
+    // Note [Swap record checksums]: every byte moved is checksummed once; the reads' sums run
+    // on the I/O threads beside the step, so this is an upper bound of their cost.
     std::printf("step round=%d in_memory_s=%.3f nvme_s=%.3f ratio=%.2f swap_GBps=%.3f "
-                "numel=%lld tile=%lld buffers=%lld file=%lldMiB\n",
-                r, m, n, n / m, moved / n / 1e9, static_cast<long long>(o.numel),
+                "checksum_bound=%.1f%% numel=%lld tile=%lld buffers=%lld file=%lldMiB\n",
+                r, m, n, n / m, moved / n / 1e9, moved / crc_rate / n * 100,
+                static_cast<long long>(o.numel),
                 static_cast<long long>(o.tile), static_cast<long long>(o.buffers),
                 static_cast<long long>(on_nvme.file_bytes() >> 20));
     std::fflush(stdout);

@@ -55,7 +55,7 @@ if(TARGET zero-train)
     endif()
     set(expected_lines "")
     if(name STREQUAL "stage3")
-      set(expected_lines --expect-line "GiB on NVMe" --expect-line "    on NVMe"
+      set(expected_lines --expect-line "iB on NVMe" --expect-line "    on NVMe"
                          --expect-line "unit param shards, fp32 master"
                          --expect-line "activation checkpointing: 3 of 4 blocks"
                          --expect-line "  their recomputes")

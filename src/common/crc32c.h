@@ -14,4 +14,11 @@ namespace zero {
 /// where the CPU has it (checked at run time), else a table.
 ZERO_INTERNAL_API uint32_t crc32c(const void* bytes, size_t size, uint32_t crc = 0);
 
+/// The CRC-32C of A || B from crc32c(A), crc32c(B) and B's length: so that pieces of one
+/// buffer can be summed apart (on several threads, as they arrive) and joined.
+ZERO_INTERNAL_API uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
+
+/// The same CRC by the table alone, byte by byte: the reference the tests hold crc32c to.
+ZERO_INTERNAL_API uint32_t crc32c_reference(const void* bytes, size_t size, uint32_t crc = 0);
+
 }  // namespace zero

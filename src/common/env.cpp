@@ -22,6 +22,16 @@ int64_t read_int_at_least(const char* name, int64_t least, int64_t default_value
   return value;
 }
 
+// "0" or "1"; unset or empty: `unset`.
+bool flag(const char* name, bool unset) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return unset;
+  const std::string value = text;
+  ZERO_CHECK(value == "0" || value == "1", "environment variable ", name, "='", value,
+             "' is invalid: expected 0 or 1");
+  return value == "1";
+}
+
 }  // namespace
 
 int64_t ring_segment_bytes() {
@@ -42,14 +52,12 @@ int64_t ranks_per_node_override() {
 }
 
 bool hierarchical_collectives() {
-  static const bool value = [] {
-    const char* text = std::getenv("ZERO_HIERARCHICAL_COLLECTIVES");
-    if (text == nullptr || *text == '\0') return true;
-    const std::string value = text;
-    ZERO_CHECK(value == "0" || value == "1", "environment variable ZERO_HIERARCHICAL_COLLECTIVES='",
-               value, "' is invalid: expected 0 or 1");
-    return value == "1";
-  }();
+  static const bool value = flag("ZERO_HIERARCHICAL_COLLECTIVES", true);
+  return value;
+}
+
+bool swap_checksums() {
+  static const bool value = flag("ZERO_SWAP_CHECKSUMS", true);
   return value;
 }
 
@@ -112,12 +120,6 @@ ProgressStyle progress_style() {
   return value;
 }
 
-bool emulate_device_offload() {
-  const char* text = std::getenv("ZERO_EMULATE_DEVICE_OFFLOAD");
-  if (text == nullptr || *text == '\0' || std::string(text) == "0") return false;
-  ZERO_CHECK(std::string(text) == "1", "environment variable ZERO_EMULATE_DEVICE_OFFLOAD='", text,
-             "' is invalid: expected '1' or '0'");
-  return true;
-}
+bool emulate_device_offload() { return flag("ZERO_EMULATE_DEVICE_OFFLOAD", false); }
 
 }  // namespace zero::env

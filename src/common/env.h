@@ -31,6 +31,11 @@ ZERO_INTERNAL_API int64_t ranks_per_node_override();
 /// src/comm/mpi_communicator.cpp).
 ZERO_INTERNAL_API bool hierarchical_collectives();
 
+/// ZERO_SWAP_CHECKSUMS: "0" writes and reads swap records without their CRC-32C (Note [Swap
+/// record checksums], src/offload/swap_file.h), for measuring what the checksums cost
+/// (bench/offload_step_ratio.sh MODEL ... checksums); zero says so once when it is off. "1" or unset: on.
+ZERO_INTERNAL_API bool swap_checksums();
+
 /// This process's rank among the ranks on its machine, from the launcher: OMPI_COMM_WORLD_LOCAL_RANK
 /// (mpirun), else SLURM_LOCALID (srun), else LOCAL_RANK (torchrun); -1 when none is set. Picks
 /// a rank's GPU (zero/comm_nccl.h).

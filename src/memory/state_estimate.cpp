@@ -21,20 +21,22 @@
 namespace zero {
 namespace {
 
-// In the unit that shows the size (not "0.0 GiB" for a few MiB), with the exact bytes below
-// 1 GiB, where a rounded figure could hide the difference between need and room.
+// In the unit that shows the size: not "0.0 GiB" for a few MiB.
 std::string gib(int64_t bytes) {
-  char text[64];
+  char text[32];
   const double b = static_cast<double>(bytes);
   if (bytes >= (int64_t{1} << 30)) {
     std::snprintf(text, sizeof(text), "%.1f GiB", b / (1 << 30));
   } else if (bytes >= (int64_t{1} << 20)) {
-    std::snprintf(text, sizeof(text), "%.1f MiB (%lld bytes)", b / (1 << 20), static_cast<long long>(bytes));
+    std::snprintf(text, sizeof(text), "%.1f MiB", b / (1 << 20));
   } else {
     std::snprintf(text, sizeof(text), "%lld bytes", static_cast<long long>(bytes));
   }
   return text;
 }
+
+// Need against room, where rounding could make them look equal: both exactly too.
+std::string exactly(int64_t bytes) { return gib(bytes) + " (" + std::to_string(bytes) + " bytes)"; }
 
 }  // namespace
 
@@ -179,8 +181,8 @@ std::string check_fits(const Config& config, const StateEstimate& e, int64_t mem
                  " = \"", target.path, "\": ", std::strerror(space_errno[t]));
       const auto& [wanted, free_bytes] = disks.at(here + ":" + std::to_string(spaces[t].f_fsid));
       ZERO_CHECK(wanted <= free_bytes, config.source, ": ", account, "; the swap files of the ",
-                 "rank(s) on ", here, " need ", gib(wanted), " on the file system of ", target.key,
-                 " = \"", target.path, "\", but ", gib(free_bytes), " is free");
+                 "rank(s) on ", here, " need ", exactly(wanted), " on the file system of ", target.key,
+                 " = \"", target.path, "\", but ", exactly(free_bytes), " is free");
     }
   }));
   return account;

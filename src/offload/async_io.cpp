@@ -10,6 +10,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/crc32c.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -24,7 +25,11 @@ struct AsyncIo::Transfer {
   int64_t bytes = 0;
   int64_t offset = 0;
   char* data = nullptr;
-  Check check;  // reads: run on the data once every request succeeded
+  int64_t block = 0;                // bytes per request (the last may be shorter)
+  bool checksum = false;            // Note [Transfer checksums]
+  std::vector<uint32_t> piece_crc;  // per request, written by the thread completing it
+  uint32_t crc = 0;                 // of the whole transfer, once every request succeeded
+  Check check;                      // reads: run on `crc`
 };
 
 struct AsyncIo::Ring {
@@ -54,21 +59,35 @@ std::string nothing_transferred(bool is_write, int64_t offset) {
 }  // namespace
 
 // One request of `r`'s transfer finished, with `error` ("" when it succeeded).
-// The last request of a read with a check runs it before the waiters are woken (pending
-// reaches 0 only after it), outside the lock: no other request of the transfer is left.
+// Note [Transfer checksums]: a request's piece is summed by the thread completing it, outside
+// the lock; the last request joins the pieces and runs the check (pending reaches 0 only after
+// it, so no waiter sees the transfer before; no other request of it is left).
 void AsyncIo::complete(const Request& r, const std::string& error) {
   Transfer& t = *r.transfer;
+  if (t.checksum && error.empty()) {
+    const int64_t begin = r.piece * t.block;
+    t.piece_crc[static_cast<size_t>(r.piece)] =
+        crc32c(t.data + begin, static_cast<size_t>(std::min(t.block, t.bytes - begin)));
+  }
   std::unique_lock<std::mutex> lock(t.mutex);
   if (!error.empty() && t.error.empty()) t.error = describe(t) + ": " + error;
-  if (t.pending == 1 && t.check && t.error.empty()) {
+  if (t.pending == 1 && t.checksum && t.error.empty()) {
     lock.unlock();
+    uint32_t crc = t.piece_crc.empty() ? crc32c(nullptr, 0) : t.piece_crc[0];
+    for (size_t i = 1; i < t.piece_crc.size(); ++i) {
+      const int64_t begin = static_cast<int64_t>(i) * t.block;
+      crc = crc32c_combine(crc, t.piece_crc[i], static_cast<uint64_t>(std::min(t.block, t.bytes - begin)));
+    }
     std::string wrong;
-    try {
-      wrong = t.check(t.data, t.bytes);
-    } catch (const std::exception& e) {
-      wrong = e.what();
+    if (t.check) {
+      try {
+        wrong = t.check(crc);
+      } catch (const std::exception& e) {
+        wrong = e.what();
+      }
     }
     lock.lock();
+    t.crc = crc;
     if (!wrong.empty()) t.error = describe(t) + ": " + wrong;
   }
   if (--t.pending == 0) t.finished.notify_all();
@@ -116,36 +135,43 @@ AsyncIo::~AsyncIo() {
 
 AsyncIo::Ticket AsyncIo::read(int fd, void* buffer, int64_t bytes, int64_t offset,
                               const std::string& path, Check check) {
-  return submit(fd, static_cast<char*>(buffer), bytes, offset, path, false, std::move(check));
+  const bool checksum = static_cast<bool>(check);
+  return submit(fd, static_cast<char*>(buffer), bytes, offset, path, false, checksum,
+                std::move(check));
 }
 
 AsyncIo::Ticket AsyncIo::write(int fd, const void* buffer, int64_t bytes, int64_t offset,
-                               const std::string& path) {
+                               const std::string& path, bool checksum) {
   // The request only reads the buffer; io_uring's prep takes a non-const pointer for both.
   return submit(fd, const_cast<char*>(static_cast<const char*>(buffer)), bytes, offset, path,
-                true, {});
+                true, checksum, {});
 }
 
 AsyncIo::Ticket AsyncIo::submit(int fd, char* buffer, int64_t bytes, int64_t offset,
-                                const std::string& path, bool is_write, Check check) {
+                                const std::string& path, bool is_write, bool checksum,
+                                Check check) {
   auto transfer = std::make_shared<Transfer>();
   transfer->is_write = is_write;
   transfer->path = path;
   transfer->bytes = bytes;
   transfer->offset = offset;
   transfer->data = buffer;
+  transfer->checksum = checksum;
   transfer->check = std::move(check);
+  const int64_t block = config_.block_size;
+  transfer->block = block;
   if (bytes == 0) {
-    if (transfer->check) transfer->error = transfer->check(buffer, 0);
+    transfer->crc = crc32c(nullptr, 0);
+    if (transfer->check) transfer->error = transfer->check(transfer->crc);
     return transfer;
   }
-  const int64_t block = config_.block_size;
   transfer->pending = (bytes + block - 1) / block;
+  if (checksum) transfer->piece_crc.assign(static_cast<size_t>(transfer->pending), 0);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int64_t done = 0; done < bytes; done += block) {
       queue_.push_back(Request{transfer, fd, buffer + done, std::min(block, bytes - done),
-                               offset + done});
+                               offset + done, done / block});
     }
   }
   has_work_.notify_all();
@@ -163,6 +189,13 @@ void AsyncIo::wait(const Ticket& ticket) {
   std::unique_lock<std::mutex> lock(ticket->mutex);
   ticket->finished.wait(lock, [&] { return ticket->pending == 0; });
   ZERO_CHECK(ticket->error.empty(), ticket->error);
+}
+
+uint32_t AsyncIo::checksum(const Ticket& ticket) {
+  wait(ticket);
+  ZERO_INTERNAL_ASSERT(ticket && ticket->checksum, "checksum of a transfer that computed none");
+  std::lock_guard<std::mutex> lock(ticket->mutex);
+  return ticket->crc;
 }
 
 bool AsyncIo::done(const Ticket& ticket) {
@@ -267,7 +300,8 @@ void AsyncIo::run(int thread_index) {
       } else if (result < request->bytes) {
         // A short transfer: the rest goes first in the next round.
         retry.push_back(Request{request->transfer, request->fd, request->data + result,
-                                request->bytes - result, request->offset + result});
+                                request->bytes - result, request->offset + result,
+                                request->piece});
       } else {
         complete(*request, "");
       }

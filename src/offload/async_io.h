@@ -37,6 +37,15 @@ namespace zero {
 // time each, and zero says so once: still asynchronous to the caller, with
 // aio.intra_op_parallelism requests in flight; queue_depth, single_submit and overlap_events
 // then have no effect.
+//
+// Note [Transfer checksums]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// A transfer asked for its CRC-32C gets it from its requests: the I/O thread that completes a
+// request sums that request's bytes (a read's as they landed, a write's as they went out: the
+// buffer does not change until wait()), while the transfer's other requests are still in
+// flight, and the thread that completes the last request joins the pieces in order
+// (crc32c_combine) and runs the read's check, before any waiter wakes. So the sums cost the
+// I/O threads time the disk would otherwise have them wait, not the caller's.
 
 class AsyncIo {
  public:
@@ -55,18 +64,22 @@ class AsyncIo {
   AsyncIo(const AsyncIo&) = delete;
   AsyncIo& operator=(const AsyncIo&) = delete;
 
-  /// A check of the bytes a read brought in: "" when they are right, else what is wrong (the
-  /// transfer's error). Run once, by the I/O thread that finishes the read, after every
-  /// request of it succeeded, so it costs the waiter nothing while other work goes on.
-  using Check = std::function<std::string(const char* data, int64_t bytes)>;
+  /// A check of what a read brought in, given its CRC-32C: "" when it is right, else what is
+  /// wrong (the transfer's error). See Note [Transfer checksums].
+  using Check = std::function<std::string(uint32_t crc32c)>;
 
   /// Reads `bytes` at `offset` of `fd` into `buffer`. `path` names the file in errors.
-  /// The buffer must stay valid until wait() returns.
+  /// The buffer must stay valid until wait() returns. With a `check`, the bytes' CRC-32C is
+  /// computed and the check decides whether the read succeeded.
   Ticket read(int fd, void* buffer, int64_t bytes, int64_t offset, const std::string& path,
               Check check = {});
-  /// Writes `bytes` from `buffer` at `offset` of `fd`.
+  /// Writes `bytes` from `buffer` at `offset` of `fd`; with `checksum`, also computes the
+  /// bytes' CRC-32C (checksum()). The buffer must not change until wait() returns.
   Ticket write(int fd, const void* buffer, int64_t bytes, int64_t offset,
-               const std::string& path);
+               const std::string& path, bool checksum = false);
+  /// The CRC-32C of a finished, successful transfer that computed one (a checked read, a
+  /// write with `checksum`); throws the transfer's error when it failed.
+  static uint32_t checksum(const Ticket& ticket);
 
   /// A finished transfer that failed with `error` (a check that failed before the transfer
   /// could start, reported to its waiter like a failed transfer).
@@ -88,10 +101,11 @@ class AsyncIo {
     char* data;
     int64_t bytes;
     int64_t offset;
+    int64_t piece;  // which of the transfer's requests (data/bytes/offset advance on retries)
   };
 
   Ticket submit(int fd, char* buffer, int64_t bytes, int64_t offset, const std::string& path,
-                bool is_write, Check check);
+                bool is_write, bool checksum, Check check);
   static void complete(const Request& request, const std::string& error);
   void run(int thread_index);
   void run_blocking();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/env.h"
 #include "common/host_accounting.h"
 #include "zero/error.h"
 
@@ -42,7 +43,14 @@ AlignedBuffer::~AlignedBuffer() {
 }
 
 SwapFile::SwapFile(std::string path, int64_t bytes, AsyncIo& io)
-    : path_(std::move(path)), bytes_(bytes), io_(io) {
+    : path_(std::move(path)), bytes_(bytes), io_(io), checksums_(env::swap_checksums()) {
+  if (!checksums_) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      std::fprintf(stderr, "zero: swap records are written and read without checksums "
+                           "(ZERO_SWAP_CHECKSUMS=0): damage to swap files goes unseen\n");
+    });
+  }
   ZERO_INTERNAL_ASSERT(bytes_ % kSwapAlignment == 0, "swap file size ", bytes_, " not aligned");
   const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
   fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0600);
@@ -101,20 +109,28 @@ uint32_t SwapFile::zeros_checksum(int64_t bytes) {
 AsyncIo::Ticket SwapFile::read(void* buffer, int64_t bytes, int64_t offset,
                                const std::string& record) {
   check_range(bytes, offset);
+  if (!checksums_) return io_.read(fd_, buffer, bytes, offset, path_);
   // Note [Swap record checksums].
   uint32_t expected = 0;
   auto written = sums_.find(offset);
   if (written != sums_.end()) {
-    ZERO_INTERNAL_ASSERT(written->second.bytes == bytes, "swap read of ", bytes, " bytes at ",
-                         offset, " of '", path_, "', where a record of ",
-                         written->second.bytes, " bytes was written");
-    expected = written->second.crc;
+    RecordSum& sum = written->second;
+    ZERO_INTERNAL_ASSERT(sum.bytes == bytes, "swap read of ", bytes, " bytes at ", offset, " of '",
+                         path_, "', where a record of ", sum.bytes, " bytes was written");
+    if (sum.write) {  // the write's sum, computed by the I/O threads (Note [Transfer checksums])
+      try {
+        sum.crc = AsyncIo::checksum(sum.write);
+      } catch (const Error& e) {
+        return AsyncIo::failed(record + " cannot be read back: its last write failed (" +
+                               e.what() + ")");
+      }
+      sum.write.reset();
+    }
+    expected = sum.crc;
   } else {
     expected = zeros_checksum(bytes);
   }
-  auto check = [expected, record, wrote = written != sums_.end()](const char* data,
-                                                                  int64_t length) -> std::string {
-    const uint32_t found = crc32c(data, static_cast<size_t>(length));
+  auto check = [expected, record, wrote = written != sums_.end()](uint32_t found) -> std::string {
     if (found == expected) return "";
     char sums[96];
     std::snprintf(sums, sizeof sums, "CRC-32C 0x%08x read, 0x%08x %s", found, expected,
@@ -130,6 +146,7 @@ AsyncIo::Ticket SwapFile::read(void* buffer, int64_t bytes, int64_t offset,
 AsyncIo::Ticket SwapFile::write(const void* buffer, int64_t bytes, int64_t offset) {
   check_range(bytes, offset);
   sealed_ = false;
+  if (!checksums_) return io_.write(fd_, buffer, bytes, offset, path_);
   // Records never overlap (a write over part of another would leave that one's sum wrong).
   auto next = sums_.upper_bound(offset);
   ZERO_INTERNAL_ASSERT(next == sums_.end() || next->first >= offset + bytes, "swap record of ",
@@ -142,8 +159,9 @@ AsyncIo::Ticket SwapFile::write(const void* buffer, int64_t bytes, int64_t offse
                          "swap record of ", bytes, " bytes at ", offset, " of '", path_,
                          "' overlaps the one at ", before->first);
   }
-  sums_[offset] = RecordSum{bytes, crc32c(buffer, static_cast<size_t>(bytes))};
-  return io_.write(fd_, buffer, bytes, offset, path_);
+  AsyncIo::Ticket ticket = io_.write(fd_, buffer, bytes, offset, path_, /*checksum=*/true);
+  sums_[offset] = RecordSum{bytes, 0, ticket};
+  return ticket;
 }
 
 void SwapFile::seal() {

@@ -41,14 +41,15 @@ namespace zero {
 // Note [Swap record checksums]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A record is what one write() puts at one offset (an optimizer tile, a parameter segment).
-// write() computes the record's CRC-32C (src/common/crc32c.h: SSE4.2's crc32 instruction)
-// before the transfer starts and keeps it in memory with the record's offset and length; a
-// record never written holds the zeros its reserved blocks read as. read() of a record hands
-// the I/O thread that finishes the transfer a check against that value (AsyncIo::Check): a
-// mismatch fails the read's waiter with a zero::Error naming the file, the record (the
-// caller's description: tile or segment, with its elements), the offset, the length and both
-// checksums, and the engines turn a failed read into an error on every rank as they do any
-// other (the run stops; its last checkpoint is the way back). The sums stay in memory, not in
+// Its CRC-32C (src/common/crc32c.h: SSE4.2's crc32 instruction, three chains at once) is
+// computed by the I/O threads as the write goes out (Note [Transfer checksums] in
+// async_io.h) and kept in memory with the record's offset and length; a record never written
+// holds the zeros its reserved blocks read as. read() of a record has the I/O threads sum
+// what arrives and check it against that value (AsyncIo::Check): a mismatch fails the read's
+// waiter with a zero::Error naming the file, the record (the caller's description: tile or
+// segment, with its elements), the offset, the length and both checksums, and the engines
+// turn a failed read into an error on every rank as they do any other (the run stops; its
+// last checkpoint is the way back). The sums stay in memory, not in
 // the file: swap files live and die with one run, so nothing needs to read them back in
 // another process, and a sum kept beside the record could be damaged (or rewritten) with it.
 // A read must be of exactly a record that was written (or of one never written).
@@ -114,14 +115,16 @@ class SwapFile {
 
   struct RecordSum {
     int64_t bytes;
-    uint32_t crc;
+    uint32_t crc;           // known once `write` is reset
+    AsyncIo::Ticket write;  // the write whose I/O threads compute `crc`
   };
 
   std::string path_;
   int64_t bytes_;
+  AsyncIo& io_;
+  bool checksums_;  // env::swap_checksums(): off only to measure their cost
   std::map<int64_t, RecordSum> sums_;                 // by offset: what write() put there
   std::unordered_map<int64_t, uint32_t> zero_sums_;   // by length
-  AsyncIo& io_;
   int fd_ = -1;
   bool direct_ = false;
   // What seal() recorded.
