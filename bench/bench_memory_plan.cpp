@@ -8,8 +8,9 @@
 //
 // Prints one markdown row per variant on rank 0: model, stage, ranks, batch x seq,
 // checkpointing, planned peak (MiB), measured peak (max over ranks), measured / planned, what
-// the step added to what was held before it, and the median step time (s, the first step
-// left out). With `both` the two variants train interleaved step by step, so their step times
+// the step added to what was held before it, the plan with the process's baseline (resident
+// before the model, measured at start) against the peak resident set (VmHWM, max over ranks),
+// and the median step time (s, the first step left out). With `both` the two variants train interleaved step by step, so their step times
 // come from the same minutes of this shared machine; both models are then in memory, so the
 // memory columns are left out (run `on` and `off` for them).
 #include <ATen/ATen.h>
@@ -54,7 +55,8 @@ double max_over_ranks(zero::Communicator& comm, double value) {
 struct Run {
   std::shared_ptr<zero::gpt2::GPT2Impl> model;
   std::unique_ptr<zero::Engine> engine;
-  int64_t planned = 0;
+  int64_t planned = 0;           // the training state, buffers and activations
+  int64_t planned_resident = 0;  // and the process's baseline: what the OS should see
   double peak = 0;         // the last step's
   double before_step = 0;  // held when it started
   std::vector<double> seconds;
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
   if (!o.compute.empty()) json += ", \"compute_data_type\": \"" + o.compute + "\"";
   json += ", \"zero_optimization\": {\"stage\": " + std::to_string(o.stage) + "}}";
   const zero::Config config = zero::parse_config(json, world, "bench");
+  // Resident before any model exists: the plan's process baseline (zero-train measures the same).
+  const int64_t baseline = std::max<int64_t>(0, zero::resident_bytes());
 
   std::vector<bool> variants;
   if (o.checkpointing != "on") variants.push_back(false);
@@ -101,8 +105,10 @@ int main(int argc, char** argv) {
     Run& run = runs[v];
     run.model = std::make_shared<zero::gpt2::GPT2Impl>(preset);
     run.engine = zero::initialize(run.model, config, comm);
-    run.planned = zero::plan_memory(config, preset.plan_model(o.batch, o.seq, config.compute_dtype))
-                      .peak_memory_bytes;
+    zero::PlanModel plan_model = preset.plan_model(o.batch, o.seq, config.compute_dtype);
+    run.planned = zero::plan_memory(config, plan_model).peak_memory_bytes;
+    plan_model.process_baseline_bytes = baseline;
+    run.planned_resident = zero::plan_memory(config, plan_model).peak_memory_bytes;
   }
   const auto vocab = zero::gpt2::GPT2Config::preset(o.model).vocab_size;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1 + comm->rank());
@@ -128,15 +134,19 @@ int main(int argc, char** argv) {
     Run& run = runs[v];
     const double peak = max_over_ranks(*comm, run.peak);
     const double added = max_over_ranks(*comm, run.peak - run.before_step);
+    // The operating system's view: the largest peak resident set over the ranks.
+    const double rss = max_over_ranks(*comm, static_cast<double>(zero::peak_resident_bytes()));
     std::vector<double> times(run.seconds.begin() + (run.seconds.size() > 1 ? 1 : 0),
                               run.seconds.end());
     std::sort(times.begin(), times.end());
     const double median = times[times.size() / 2];
     if (comm->rank() == 0) {
-      char memory[128] = "- | - | - | -";
+      char memory[192] = "- | - | - | - | - | - | -";
       if (alone) {
-        std::snprintf(memory, sizeof(memory), "%.1f | %.1f | %.3f | %.1f", run.planned / mib,
-                      peak / mib, peak / static_cast<double>(run.planned), added / mib);
+        std::snprintf(memory, sizeof(memory), "%.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.3f",
+                      run.planned / mib, peak / mib, peak / static_cast<double>(run.planned),
+                      added / mib, static_cast<double>(run.planned_resident) / mib, rss / mib,
+                      rss / static_cast<double>(run.planned_resident));
       }
       std::printf("| %s | %d | %d | %lld x %lld | %s | %s | %.2f |\n", o.model.c_str(), o.stage,
                   world, static_cast<long long>(o.batch), static_cast<long long>(o.seq),

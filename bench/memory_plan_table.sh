@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 models="${1:-gpt2-tiny:2:128 gpt2-mini:2:128 gpt2:1:256 gpt2-medium:1:256}"
 bench=build/bench/bench_memory_plan
 export OPENBLAS_CORETYPE= OMP_WAIT_POLICY=PASSIVE
-echo "| model | stage | ranks | batch x seq | checkpointing | planned peak (MiB) | measured peak (MiB) | measured / planned | step added (MiB) | step (s) |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | stage | ranks | batch x seq | checkpointing | planned peak (MiB) | measured peak (MiB) | measured / planned | step added (MiB) | planned with baseline (MiB) | peak RSS (MiB) | RSS / plan | step (s) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for spec in $models; do
   IFS=: read -r model batch seq <<<"$spec"
   for ranks in ${RANKS:-1 2 4}; do

@@ -242,3 +242,53 @@ TEST(MemoryPlan, EveryStageSideBySide) {
 
 }  // namespace
 }  // namespace zero::test
+
+namespace zero::test {
+namespace {
+
+// Note [Fitting the defaults]: gpt2-xl's ZeRO-Infinity config at DeepSpeed's defaults (stage 3,
+// both offloads on NVMe, sub_group_size 1e9) plans a peak far above a 10 GiB share; zero lowers
+// sub_group_size (and only what was not set) until it fits, says so, and keeps the config's
+// own values; what cannot fit changes nothing.
+TEST(MemoryPlan, DefaultsAreLoweredToFitAndSetValuesAreNot) {
+  const PlanModel model = gpt2::GPT2Config::preset("gpt2-xl").plan_model(1, 256, at::kFloat);
+  const std::string offload =
+      ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}, "
+      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}";
+  const int64_t budget = int64_t{10} << 30;
+  Config config = config_at(3, 2, offload);
+  const int64_t before = plan_memory(config, model).peak_memory_bytes;
+  ASSERT_GT(before, budget) << format_memory_plans({plan_memory(config, model)});
+  const std::string line = fit_defaults_to_memory(config, model, budget);
+  EXPECT_NE(line.find("zero_optimization.sub_group_size"), std::string::npos) << line;
+  EXPECT_NE(line.find("(default 1e9)"), std::string::npos) << line;
+  EXPECT_LT(config.zero_optimization.sub_group_size, 1000000000);
+  EXPECT_LE(plan_memory(config, model).peak_memory_bytes, budget);
+  // The largest value of the ladder that fits: the next one up does not.
+  Config bigger = config;
+  const int64_t chosen = config.zero_optimization.sub_group_size;
+  int64_t decade = 1;
+  while (chosen / decade >= 10) decade *= 10;
+  const int64_t lead = chosen / decade;  // 1, 2 or 5
+  bigger.zero_optimization.sub_group_size = lead == 2 ? 5 * decade : 2 * lead * decade;
+  EXPECT_GT(plan_memory(bigger, model).peak_memory_bytes, budget);
+  EXPECT_NE(config.effective_json.find("\"sub_group_size\":" + std::to_string(chosen)),
+            std::string::npos) << "effective_json not refreshed";
+  // Set in the config: honoured, whatever it costs (the start-up check then decides).
+  Config set = config_at(3, 2, ", \"sub_group_size\": 1000000000, "
+                               "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+                               "\"/tmp\", \"buffer_count\": 4}, \"offload_param\": {\"device\": "
+                               "\"nvme\", \"nvme_path\": \"/tmp\", \"buffer_count\": 5}");
+  EXPECT_EQ(fit_defaults_to_memory(set, model, budget), "");
+  EXPECT_EQ(set.zero_optimization.sub_group_size, 1000000000);
+  // Nothing makes it fit in 100 MiB: nothing changes.
+  Config tiny = config_at(3, 2, offload);
+  EXPECT_EQ(fit_defaults_to_memory(tiny, model, int64_t{100} << 20), "");
+  EXPECT_EQ(tiny.zero_optimization.sub_group_size, 1000000000);
+  // Already fitting: nothing to do.
+  Config roomy = config_at(3, 2, offload);
+  EXPECT_EQ(fit_defaults_to_memory(roomy, model, before), "");
+}
+
+}  // namespace
+}  // namespace zero::test

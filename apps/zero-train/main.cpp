@@ -233,14 +233,6 @@ CLI::Validator non_empty() {
       "");
 }
 
-int64_t peak_rss_bytes() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-
 // Everything that can fail because of the user's inputs, prepared on every rank.
 struct Inputs {
   zero::Config config;
@@ -421,7 +413,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     error = e.what();
   }
   if (!ranks_agree_ok(*comm, error)) return 2;
-  const zero::Config& config = in.config;
+  zero::Config& config = in.config;  // Note [Fitting the defaults] may lower knobs left at their defaults
   const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(in.model.n_positions, 256);
   const int64_t mbs = config.train_micro_batch_size_per_gpu;
   const int gas = static_cast<int>(config.gradient_accumulation_steps);
@@ -458,7 +450,14 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   const zero::PlanTarget target = on_gpu ? zero::PlanTarget::kDevice : zero::PlanTarget::kHost;
   // Note [Memory plan] (src/engine/memory_plan.cpp): what each rank will hold at the step's
   // peak, activations included; --plan prints it for every stage and stops.
-  const zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype);
+  zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype);
+  // What this process holds before any of the model exists, so the plan is of what the
+  // operating system sees (the start-up check compares it with MemAvailable).
+  plan_model.process_baseline_bytes = std::max<int64_t>(0, zero::resident_bytes());
+  // Note [Fitting the defaults]: knobs left at DeepSpeed's defaults that only trade speed for
+  // memory, lowered when the plan would not fit (collective: every rank makes the same choice).
+  const std::string fitted =
+      zero::fit_defaults_to_memory(config, plan_model, zero::memory_per_rank(*comm), target);
   const zero::MemoryPlan plan = zero::plan_memory(config, plan_model, target);
   auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
   if (o.plan) {
@@ -479,6 +478,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
         std::printf("\nthe config's stage is %d: %.2f GiB per rank in memory\n",
                     config.zero_optimization.stage, gib(plan.peak_memory_bytes));
       }
+      if (!fitted.empty()) std::printf("with this machine's memory: %s\n", fitted.c_str());
     }
     return 0;
   }
@@ -702,6 +702,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       if (world > 1) progress.message("ranks: " + comm->topology().describe());
       if (!data_note.empty()) progress.message(data_note);
       if (!init_note.empty()) progress.message(init_note);
+      if (!fitted.empty()) progress.message(fitted);
       progress.message(estimate);
       if (!from.note.empty()) progress.message(from.note);
       if (!from.dir.empty()) {
@@ -816,7 +817,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     constexpr int kFigures = 10;
     const zero::CudaMemory gpu = cuda ? cuda->memory(device.index()) : zero::CudaMemory{};
     at::Tensor mine = at::tensor({static_cast<double>(bytes.total()),
-                                  static_cast<double>(peak_rss_bytes()),
+                                  static_cast<double>(zero::peak_resident_bytes()),
                                   static_cast<double>(bytes.gathered_peak),
                                   static_cast<double>(bytes.params - bytes.grads /
                                       grad_bytes_per_element(config) *
@@ -988,11 +989,14 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                         zero::measured_gemm_rates().describe(sixteen)});
       }
       for (int r = 0; r < world; ++r) {
+        // Against the plan, which includes the process's own baseline (what the OS sees).
+        char against[96];
+        std::snprintf(against, sizeof(against), "planned %s: %+.1f %%",
+                      zero::train::human_bytes(static_cast<double>(plan.peak_memory_bytes)).c_str(),
+                      (figure(r, 1) / static_cast<double>(plan.peak_memory_bytes) - 1) * 100);
         rows.push_back({"peak RSS, rank " + std::to_string(r),
                         zero::train::human_bytes(figure(r, 1)),
-                        cuda ? "planned host memory " + zero::train::human_bytes(
-                                                            static_cast<double>(plan.peak_memory_bytes))
-                             : ""});
+                        std::string(cuda ? "host memory " : "") + against});
       }
       if (cuda) {
         for (int r = 0; r < world; ++r) {

@@ -96,6 +96,9 @@ struct ZERO_API OffloadConfig {
   /// waits on the disk twice per tile for nothing.
   bool pipeline_read = true;
   bool pipeline_write = true;
+  /// Whether the config set buffer_count (else zero may lower it to fit memory: Note [Fitting
+  /// the defaults], src/engine/memory_plan.cpp).
+  bool buffer_count_given = false;
 };
 
 /// The `aio` section: how swap files are read and written (Linux io_uring here; DeepSpeed's
@@ -159,6 +162,9 @@ struct ZERO_API ZeroOptimizationConfig {
   // working set of an offloaded step (Note [Shard state] in src/state/shard_state.h). The
   // value never changes a result.
   int64_t sub_group_size = 1000000000;
+  /// Whether the config set sub_group_size (else zero may lower it to fit memory: Note
+  /// [Fitting the defaults], src/engine/memory_plan.cpp).
+  bool sub_group_size_given = false;
   /// The fp32 master weights and optimizer moments (stages 1-3).
   OffloadConfig offload_optimizer;
   /// The partitioned 16-bit parameter shards (stage 3); DeepSpeed's buffer_count default is 5.
@@ -281,6 +287,10 @@ ZERO_API Config parse_config(const std::string& json_text, int world_size,
 /// Throws zero::Error naming the key path, the value and what is allowed. zero::initialize
 /// and zero::ShardedInit call it, so a hand-built config never reaches the engine unchecked.
 ZERO_API void validate_config(const Config& config);
+
+/// After a parsed Config was changed in code (zero::fit_defaults_to_memory does): its
+/// effective_json made again from its fields.
+ZERO_API void refresh_effective_json(Config& config);
 
 /// The effective config as "key.path = value" lines sorted by key path, e.g.
 /// "zero_optimization.stage = 2": for logs, and for naming the key on which ranks disagree.

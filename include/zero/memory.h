@@ -61,8 +61,17 @@ struct ZERO_API StateEstimate {
 };
 ZERO_API StateEstimate estimate_state(const Config& config, int64_t num_parameters);
 
+/// This process's resident memory now (VmRSS) and at its peak so far (VmHWM), from
+/// /proc/self/status, in bytes; -1 when it cannot be read.
+ZERO_API int64_t resident_bytes();
+ZERO_API int64_t peak_resident_bytes();
+
 /// This host's MemAvailable (/proc/meminfo) in bytes; -1 when it cannot be read.
 ZERO_API int64_t host_memory_available();
+
+/// Collective. The host memory each rank can plan with: the least, over the hosts, of a host's
+/// MemAvailable divided by its ranks there (-1 when a host cannot tell). The same on every rank.
+ZERO_API int64_t memory_per_rank(Communicator& comm);
 
 /// Collective. Compares estimate_state(config, num_parameters) with what each machine has: the
 /// memory of every rank on a host against that host's MemAvailable (/proc/meminfo), and with

@@ -60,6 +60,11 @@ struct ZERO_API PlanModel {
   std::vector<int> forward_calls;
   /// Parameters that do not require grad: the engines leave them in the module, whole.
   int64_t frozen_parameter_bytes = 0;
+  /// What the process holds resident before the model exists (libraries, MPI and its
+  /// shared-memory segments, thread stacks, loaded data), measured by the caller
+  /// (zero::resident_bytes() at start-up) so that the plan predicts what the operating system
+  /// sees; 0: not measured (the plan then covers the training state alone).
+  int64_t process_baseline_bytes = 0;
   int64_t micro_batch = 0;  // what the activations are for (0: not given)
   int64_t seq = 0;
   ActivationBytes activations;                 // without activation checkpointing
@@ -124,6 +129,15 @@ ZERO_API std::vector<MemoryPlan> plan_every_stage(const Config& config, const Pl
 /// bounds the host memory they may use.
 ZERO_API std::string offload_that_fits(const Config& config, const PlanModel& model,
                                        int64_t device_bytes, int64_t host_bytes);
+
+/// Note [Fitting the defaults] (src/engine/memory_plan.cpp): when `config`'s plan needs more
+/// than `memory_per_rank` of host memory per rank, lowers the speed-for-memory knobs the config
+/// left at DeepSpeed's defaults (NVMe offload's sub_group_size and buffer counts) until it
+/// fits, and returns one line saying what it chose and why ("" and `config` unchanged when it
+/// already fits or cannot be made to). Identical inputs give identical choices on every rank.
+ZERO_API std::string fit_defaults_to_memory(Config& config, const PlanModel& model,
+                                            int64_t memory_per_rank,
+                                            PlanTarget target = PlanTarget::kHost);
 
 /// The plans as one table, a column per plan, with each row's place.
 ZERO_API std::string format_memory_plans(const std::vector<MemoryPlan>& plans);

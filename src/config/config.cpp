@@ -482,6 +482,7 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
                     defaults.stage3_gather_16bit_weights_on_model_save);
   zero.sub_group_size = view.get_integer("sub_group_size", defaults.sub_group_size, 1, kInt64Max,
                                          "an integer number of elements >= 1 (e.g. 1e9)");
+  zero.sub_group_size_given = view.given("sub_group_size") != nullptr;
 }
 
 // ZeRO++'s keys (Note [ZeRO++] in src/engine/stage3_engine.cpp). Stage 3 only: DeepSpeed
@@ -573,6 +574,7 @@ void parse_offload(const ObjectView& zero_view, int stage, OffloadSection which,
       "an integer number of staging buffers in [" + std::to_string(min_buffers) + ", 1024]";
   offload.buffer_count = section.get_integer("buffer_count", defaults.buffer_count, min_buffers,
                                              1024, buffers_allowed.c_str());
+  offload.buffer_count_given = section.given("buffer_count") != nullptr;
   if (optimizer) {
     // DeepSpeed's "pipeline" sets both directions; the specific keys win when given.
     const bool both = section.get_bool("pipeline", defaults.pipeline_read);
@@ -1076,6 +1078,8 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
   config.effective_json = effective_json(config);
   return config;
 }
+
+void refresh_effective_json(Config& config) { config.effective_json = effective_json(config); }
 
 void validate_config(const Config& config) {
   // The one field the JSON form cannot carry wrong: it writes fp16/bf16.enabled from it.

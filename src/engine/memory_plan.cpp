@@ -275,6 +275,10 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
                      bool in_peak = true) {
     plan.rows.push_back({std::move(item), bytes, place, in_peak, std::move(basis)});
   };
+  if (model.process_baseline_bytes > 0) {
+    add("process baseline", model.process_baseline_bytes, MemoryPlace::kHost,
+        "resident before the model: libraries, MPI, threads, data (measured at start-up)");
+  }
 
   // Model state. Stages 0-2: one flat buffer over every parameter; stage 3: the shard space
   // (this rank's shard of every group) plus the persistent parameters whole.
@@ -514,6 +518,98 @@ std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& 
     plans.push_back(plan_memory(c, model, target));
   }
   return plans;
+}
+
+// Note [Fitting the defaults]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// DeepSpeed's defaults for the knobs that only trade speed for memory are sized for big
+// machines: sub_group_size 1e9 makes an NVMe-offloaded optimizer stage tiles of a billion
+// elements, buffer_count of them. When the plan at the config's values does not fit the memory
+// each rank has, and the config did not set these knobs, zero lowers them, in this order, each
+// to the largest value of a 1-2-5 ladder (or count) at which the plan fits, stopping as soon as
+// it does: offload_optimizer's sub_group_size (to 1e6 at least), offload_optimizer's
+// buffer_count (to 2: one tile stepped while the next is read), offload_param's buffer_count
+// (to 2). None of them changes a result (the optimizer steps the same elements in smaller
+// tiles with fewer buffers; tests/test_offload.cpp holds every tiling and buffer count to the
+// same bits). A value the config set is never changed; when lowering the others cannot make the
+// plan fit, nothing is changed and the start-up check refuses the job, naming the keys.
+
+namespace {
+
+// 1e9, 5e8, 2e8, 1e8, ... down to `least`, the values below `from`.
+std::vector<int64_t> ladder_below(int64_t from, int64_t least) {
+  std::vector<int64_t> values;
+  for (int64_t decade = 1000000000000LL; decade >= 1; decade /= 10) {
+    for (int64_t step : {5, 2, 1}) {
+      const int64_t v = step * decade;
+      if (v < from && v >= least) values.push_back(v);
+    }
+  }
+  return values;
+}
+
+std::string count_text(int64_t v) {
+  if (v < 1000000) return std::to_string(v);
+  int exponent = 0;
+  int64_t mantissa = v;
+  while (mantissa % 10 == 0) {
+    mantissa /= 10;
+    ++exponent;
+  }
+  return std::to_string(mantissa) + "e" + std::to_string(exponent);
+}
+
+}  // namespace
+
+std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64_t memory_per_rank,
+                                   PlanTarget target) {
+  auto peak = [&](const Config& c) { return plan_memory(c, model, target).peak_memory_bytes; };
+  const int64_t before = peak(config);
+  if (memory_per_rank <= 0 || before <= memory_per_rank) return "";
+  Config trial = config;
+  ZeroOptimizationConfig& zero = trial.zero_optimization;
+  struct Knob {
+    const char* key;
+    int64_t* value;
+    bool adjustable;
+    std::vector<int64_t> candidates;  // largest first
+  };
+  std::vector<int64_t> counts_optimizer, counts_param;
+  for (int64_t b = zero.offload_optimizer.buffer_count - 1; b >= 2; --b) counts_optimizer.push_back(b);
+  for (int64_t b = zero.offload_param.buffer_count - 1; b >= 2; --b) counts_param.push_back(b);
+  const bool nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
+  const bool nvme_param = zero.offload_param.device == OffloadDevice::kNvme;
+  std::vector<Knob> knobs = {
+      {"zero_optimization.sub_group_size", &zero.sub_group_size,
+       nvme_optimizer && !zero.sub_group_size_given, ladder_below(zero.sub_group_size, 1000000)},
+      {"zero_optimization.offload_optimizer.buffer_count", &zero.offload_optimizer.buffer_count,
+       nvme_optimizer && !zero.offload_optimizer.buffer_count_given, counts_optimizer},
+      {"zero_optimization.offload_param.buffer_count", &zero.offload_param.buffer_count,
+       nvme_param && !zero.offload_param.buffer_count_given, counts_param},
+  };
+  std::string chosen;
+  int64_t after = before;
+  for (Knob& knob : knobs) {
+    if (!knob.adjustable || knob.candidates.empty()) continue;
+    const int64_t original = *knob.value;
+    // The largest candidate that fits; failing that, the smallest, and on to the next knob.
+    for (int64_t v : knob.candidates) {
+      *knob.value = v;
+      after = peak(trial);
+      if (after <= memory_per_rank) break;
+    }
+    chosen += std::string(chosen.empty() ? "" : ", ") + knob.key + " " + count_text(*knob.value) +
+              " (default " + count_text(original) + ")";
+    if (after <= memory_per_rank) break;
+  }
+  if (after > memory_per_rank) return "";  // nothing changed: the start-up check refuses
+  config = trial;
+  refresh_effective_json(config);
+  return "the plan at DeepSpeed's defaults needs " + human(before) +
+         " per rank at the step's peak, more than the " + human(memory_per_rank) +
+         " each rank has here; not set in " + config.source + ", so zero uses " + chosen +
+         ": planned peak " + human(after) + " (Note [Fitting the defaults]: smaller tiles and "
+         "fewer staging buffers change no result, only how the step streams its state)";
 }
 
 std::string offload_that_fits(const Config& config, const PlanModel& model, int64_t device_bytes,

@@ -51,6 +51,38 @@ int64_t host_memory_available() {
   return -1;
 }
 
+namespace {
+int64_t status_bytes(const char* key) {
+  std::ifstream status("/proc/self/status");
+  const std::string prefix = key;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(prefix.size())) * 1024;
+  }
+  return -1;
+}
+}  // namespace
+
+int64_t resident_bytes() { return status_bytes("VmRSS:"); }
+int64_t peak_resident_bytes() { return status_bytes("VmHWM:"); }
+
+int64_t memory_per_rank(Communicator& comm) {
+  std::map<std::string, std::pair<int64_t, int64_t>> hosts;  // ranks, MemAvailable
+  for (const std::string& text :
+       all_gather_texts(comm, host_name() + " " + std::to_string(host_memory_available()))) {
+    std::istringstream in(text);
+    std::string host;
+    int64_t available = -1;
+    in >> host >> available;
+    hosts[host] = {hosts[host].first + 1, available};
+  }
+  int64_t least = INT64_MAX;
+  for (const auto& [host, entry] : hosts) {
+    if (entry.second < 0) return -1;
+    least = std::min(least, entry.second / entry.first);
+  }
+  return least;
+}
+
 StateEstimate estimate_state(const Config& config, int64_t num_parameters) {
   const ZeroOptimizationConfig& zero = config.zero_optimization;
   const int64_t n = std::max(1, config.world_size);
