@@ -132,6 +132,15 @@ check resume_version_string "cannot resume" "version = \"2\" is invalid; expecte
 edit_checkpoint model_renamed 'm["client_state"]["model"] = "gpt2-other"'
 check resume_model_renamed "cannot resume" "client_state.model = \"gpt2-other\", but this run trains --model gpt2-tiny" \
   -- --config "$good_config" --steps 3 --resume "$work/signed/model_renamed"
+# NVMe offload keys that cannot work: one line naming the key and the value, exit 2, from
+# every rank together (a unit shard too big for a buffer is found per rank).
+mkdir -p "$work/nvme"
+echo '{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "'"$work/nvme"'", "buffer_size": 1}}}' > "$work/buffer_size.json"
+check offload_buffer_size_too_small "offload_param.buffer_size = 1 elements is smaller than this rank's shard of unit" \
+  -- --config "$work/buffer_size.json"
+echo '{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "'"$work/no-such-dir"'"}}}' > "$work/nvme_missing.json"
+check nvme_path_missing "offload_optimizer.nvme_path = \"$work/no-such-dir\" does not exist" \
+  -- --config "$work/nvme_missing.json"
 # Inputs that are not what they claim (Note [Bounded input] in src/common/bounded_input.h):
 # none may hang, grow memory without bound or crash.
 check threads_too_many "--threads" "100000" "cores" -- --config "$good_config" --threads 100000
