@@ -32,6 +32,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "common/byte_size.h"
 #include "engine/flat_group.h"
 #include "engine/gather_schedule.h"
 #include "engine/host_offload.h"
@@ -177,18 +178,7 @@ int64_t simulated_gathered_peak(const PlanModel& model, const Groups& groups,
   return peak;
 }
 
-std::string human(int64_t bytes) {
-  char text[32];
-  const double b = static_cast<double>(bytes);
-  if (b >= (1 << 30)) {
-    std::snprintf(text, sizeof(text), "%.2f GiB", b / (1 << 30));
-  } else if (b >= (1 << 20)) {
-    std::snprintf(text, sizeof(text), "%.1f MiB", b / (1 << 20));
-  } else {
-    std::snprintf(text, sizeof(text), "%.0f KiB", b / 1024);
-  }
-  return text;
-}
+std::string human(int64_t bytes) { return byte_size_text(bytes); }
 
 }  // namespace
 

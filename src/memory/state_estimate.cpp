@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/byte_size.h"
 #include "common/capture_error.h"
 #include "common/host.h"
 #include "offload/swap_file.h"
@@ -21,22 +22,8 @@
 namespace zero {
 namespace {
 
-// In the unit that shows the size: not "0.0 GiB" for a few MiB.
-std::string gib(int64_t bytes) {
-  char text[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30)) {
-    std::snprintf(text, sizeof(text), "%.1f GiB", b / (1 << 30));
-  } else if (bytes >= (int64_t{1} << 20)) {
-    std::snprintf(text, sizeof(text), "%.1f MiB", b / (1 << 20));
-  } else {
-    std::snprintf(text, sizeof(text), "%lld bytes", static_cast<long long>(bytes));
-  }
-  return text;
-}
-
 // Need against room, where rounding could make them look equal: both exactly too.
-std::string exactly(int64_t bytes) { return gib(bytes) + " (" + std::to_string(bytes) + " bytes)"; }
+std::string exactly(int64_t bytes) { return byte_size_text(bytes) + " (" + std::to_string(bytes) + " bytes)"; }
 
 }  // namespace
 
@@ -200,8 +187,8 @@ std::string check_fits(const Config& config, const StateEstimate& e, int64_t mem
       }
       if (zero.stage < 3) remedies += "use a higher stage, ";
       ZERO_CHECK(needed <= available, config.source, ": ", account, "; the ", ranks,
-                 " rank(s) on ", here, " need ", gib(needed), " of memory for ", what, ", but ",
-                 gib(available), " is available (MemAvailable); ", remedies,
+                 " rank(s) on ", here, " need ", byte_size_text(needed), " of memory for ", what, ", but ",
+                 byte_size_text(available), " is available (MemAvailable); ", remedies,
                  "or spread the ranks over more machines");
     }
     for (size_t t = 0; t < targets.size(); ++t) {
@@ -224,9 +211,9 @@ std::string check_fits(const Config& config, const StateEstimate& e, int64_t mem
 
 std::string check_state_fits(const Config& config, int64_t num_parameters, Communicator& comm) {
   const StateEstimate e = estimate_state(config, num_parameters);
-  std::string account = "model state per rank: " + gib(e.in_memory) + " in memory";
+  std::string account = "model state per rank: " + byte_size_text(e.in_memory) + " in memory";
   if (e.on_nvme > 0 || e.staging > 0) {
-    account += " (" + gib(e.staging) + " of it NVMe staging), " + gib(e.on_nvme) + " on NVMe";
+    account += " (" + byte_size_text(e.staging) + " of it NVMe staging), " + byte_size_text(e.on_nvme) + " on NVMe";
   }
   return check_fits(config, e, e.in_memory, account,
                     "it (activations and gathered parameters come on top)", "", comm);
@@ -237,10 +224,10 @@ std::string check_plan_fits(const Config& config, const MemoryPlan& plan, int64_
   ZERO_CHECK(plan.stage == config.zero_optimization.stage, "check_plan_fits: the plan is for "
              "stage ", plan.stage, ", the config's stage is ", config.zero_optimization.stage);
   const StateEstimate e = estimate_state(config, num_parameters);
-  std::string account = "planned peak per rank: " + gib(plan.peak_memory_bytes) + " in memory";
+  std::string account = "planned peak per rank: " + byte_size_text(plan.peak_memory_bytes) + " in memory";
   std::string remedies;
   if (const MemoryPlanRow* activations = plan.row("activations")) {
-    account += " (activations " + gib(activations->bytes) + ")";
+    account += " (activations " + byte_size_text(activations->bytes) + ")";
     // Activations a large part of the peak: what shrinks them first.
     if (4 * activations->bytes > plan.peak_memory_bytes) {
       remedies = plan.row("  with checkpointing") != nullptr
@@ -249,7 +236,7 @@ std::string check_plan_fits(const Config& config, const MemoryPlan& plan, int64_
                      : "lower train_micro_batch_size_per_gpu, ";
     }
   }
-  if (plan.nvme_bytes > 0) account += ", " + gib(plan.nvme_bytes) + " on NVMe";
+  if (plan.nvme_bytes > 0) account += ", " + byte_size_text(plan.nvme_bytes) + " on NVMe";
   return check_fits(config, e, plan.peak_memory_bytes, account,
                     "the training step's peak (zero::format_memory_plans, or zero-train "
                     "--plan, lists every part)",
