@@ -42,6 +42,8 @@ zero_add_test(NAME test_activation_checkpoint SOURCES test_activation_checkpoint
 # The memory planner (zero/memory_plan.h) against measured peaks.
 zero_add_test(NAME test_memory_plan SOURCES test_memory_plan.cpp LIBS zero_engine_harness
               RANKS 1 2 4 TIMEOUT 600)
+# The host block cache (Note [Host block cache]).
+zero_add_test(NAME test_host_memory SOURCES test_host_memory.cpp)
 # ZeRO-Offload of a device model through its CPU stand-in (Note [Offload of a device model]).
 # White-box (it reads the engine's overlapped-step count), so on the static library.
 zero_add_test(NAME test_device_offload SOURCES test_device_offload.cpp

@@ -104,16 +104,25 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.gas) + (info.param.clip ? "_clip" : "_noclip");
     });
 
-// The communication variants change when and how buckets move, never the per-element
-// reduction order: all of them must give stage 0's parameters bit for bit.
-TEST(CommunicationVariants, AreBitwiseIdenticalToStage0) {
-  auto comm = world();
-  if (!comm->capabilities().deterministic_reduction) {
-    GTEST_SKIP() << comm->backend_name() << " does not promise deterministic reduction";
+// Bitwise comparisons between runs that reduce in different pieces: only where the
+// communicator promises the same per-element reduction order whatever the pieces.
+class DeterministicReduction : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    comm = world();
+    if (!comm->capabilities().deterministic_reduction) {
+      GTEST_SKIP() << comm->backend_name() << " does not promise deterministic reduction";
+    }
+    options.gradient_clipping = kClip;
   }
+  std::shared_ptr<Communicator> comm;
   const ModelSpec spec = tiny_gpt2_spec();
   RunOptions options;
-  options.gradient_clipping = kClip;
+};
+
+// The communication variants change when and how buckets move, never the per-element
+// reduction order: all of them must give stage 0's parameters bit for bit.
+TEST_F(DeterministicReduction, CommunicationVariantsAreBitwiseIdenticalToStage0) {
   const at::Tensor stage0 = run_engine(spec, options, comm).parameters;
   const std::vector<std::pair<int, std::string>> variants = {
       {1, "\"overlap_comm\": true"},
@@ -161,6 +170,27 @@ TEST(SubGroupSize, TilingTheOptimizerStepChangesNoBit) {
       options.extra_zero_json = stage3 + "\"sub_group_size\": " + tile;
       EXPECT_TRUE(at::equal(run_engine(spec, options, comm).parameters, untiled));
     }
+  }
+}
+
+// Note [Fitting the defaults] lowers, when the plan does not fit, sub_group_size and (stage 3)
+// stage3_prefetch_bucket_size and stage3_max_live_parameters or (stages 1-2)
+// reduce_bucket_size: all of them at once at small values (far below the fitter's 1e6 floor,
+// so that they act on this small model) give the default run's parameters bit for bit.
+TEST_F(DeterministicReduction, EveryKnobTheFitterLowersChangesNoBit) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    options.stage = stage;
+    const std::string stage3 = stage == 3 ? std::string(kStage3Partitioned) + ", " : "";
+    options.extra_zero_json = stage == 3 ? kStage3Partitioned : "";
+    options.reduce_bucket_size = RunOptions{}.reduce_bucket_size;
+    const at::Tensor defaults = run_engine(spec, options, comm).parameters;
+    options.extra_zero_json = stage3 + "\"sub_group_size\": 1000" +
+                              (stage == 3 ? ", \"stage3_prefetch_bucket_size\": 0, "
+                                            "\"stage3_max_live_parameters\": 1000"
+                                          : "");
+    if (stage <= 2) options.reduce_bucket_size = 37;  // the harness's default is 100
+    EXPECT_TRUE(at::equal(run_engine(spec, options, comm).parameters, defaults));
   }
 }
 

@@ -4,6 +4,8 @@
 // preset's; the table. Run under mpirun at world sizes 1, 2 and 4.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
@@ -245,6 +247,58 @@ TEST(MemoryPlan, EveryStageSideBySide) {
 
 namespace zero::test {
 namespace {
+
+// Stages 0-1 on several ranks read each peer's gradient chunk in place (Note [Shared-memory
+// reduce-scatter]): the plan's resident set carries those pages, its peak (memory of the
+// rank's own, what the host check adds up) does not.
+TEST(MemoryPlan, PeersGradientChunksAreInTheResidentSetOnly) {
+  const PlanModel model = gpt2::GPT2Config::preset("gpt2-tiny").plan_model(2, 64, at::kFloat);
+  for (int world : {1, 2, 4}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE("world " + std::to_string(world) + " stage " + std::to_string(stage));
+      const MemoryPlan plan = plan_memory(config_at(stage, world), model);
+      const MemoryPlanRow* peers = plan.row("peers' gradient chunks");
+      if (stage <= 1 && world > 1) {
+        ASSERT_NE(peers, nullptr);
+        EXPECT_FALSE(peers->in_peak);
+        EXPECT_EQ(peers->bytes, plan.row("gradients")->bytes / world * (world - 1));
+        EXPECT_EQ(plan.resident_bytes, plan.peak_memory_bytes + peers->bytes);
+      } else {
+        EXPECT_EQ(peers, nullptr);
+        EXPECT_EQ(plan.resident_bytes, plan.peak_memory_bytes);
+      }
+    }
+  }
+}
+
+// --plan's table stays aligned whatever its cells hold: a placement note ("(RAM, shared on a
+// node)", "(NVMe)") widens its column for every row, so every line of the table has the same
+// length and every column ends where the header's does.
+TEST(MemoryPlan, TheTableIsAlignedWithPlacementNotes) {
+  const PlanModel model = gpt2::GPT2Config::named("L36-C2560").plan_model(1, 128, at::kFloat);
+  const std::string offload =
+      ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}, "
+      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/tmp\"}";
+  const std::string table = format_memory_plans(plan_every_stage(config_at(3, 2, offload), model));
+  ASSERT_NE(table.find("(RAM, shared on a node)"), std::string::npos) << table;
+  ASSERT_NE(table.find("(NVMe)"), std::string::npos) << table;
+  std::vector<std::string> lines;
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  ASSERT_GT(lines.size(), 10u);
+  for (const std::string& line : lines) {
+    EXPECT_EQ(line.size(), lines.front().size()) << "'" << line << "'\n" << table;
+  }
+  // The header's stage names end each column: every row has a non-blank character there.
+  const std::string& header = lines.front();
+  for (size_t end = header.find("ZeRO-"); end != std::string::npos;
+       end = header.find("ZeRO-", end + 1)) {
+    const size_t last = end + 5;  // the stage digit
+    for (const std::string& line : lines) EXPECT_NE(line[last], ' ') << line;
+  }
+}
 
 // Note [Fitting the defaults]: gpt2-xl's ZeRO-Infinity config at DeepSpeed's defaults (stage 3,
 // both offloads on NVMe, sub_group_size 1e9) plans a peak far above a 10 GiB share; zero lowers

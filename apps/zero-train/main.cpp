@@ -452,13 +452,30 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   // peak, activations included; --plan prints it for every stage and stops.
   zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype);
   // What this process holds before any of the model exists, so the plan is of what the
-  // operating system sees (the start-up check compares it with MemAvailable).
+  // operating system sees (the start-up check compares it with MemAvailable): with the BLAS
+  // library's retained scratch, which the step's GEMMs would add (a host model's; a GPU
+  // model's GEMMs run on the device).
+  if (!on_gpu) in.model.warm_up_host_gemms(mbs, seq, config.compute_dtype);
   plan_model.process_baseline_bytes = std::max<int64_t>(0, zero::resident_bytes());
   // Note [Fitting the defaults]: knobs left at DeepSpeed's defaults that only trade speed for
   // memory, lowered when the plan would not fit (collective: every rank makes the same choice).
-  const std::string fitted =
-      zero::fit_defaults_to_memory(config, plan_model, zero::memory_per_rank(*comm), target);
+  // Fitted to 90 % of each rank's share: the plan is measured within a few percent of the
+  // resident set (docs/benchmarks.md, "Memory plan against the resident set"), and the rest
+  // leaves room for the page cache the swap files go through.
+  const int64_t memory_per_rank = zero::memory_per_rank(*comm);
+  const std::string fitted = zero::fit_defaults_to_memory(
+      config, plan_model, memory_per_rank > 0 ? memory_per_rank / 10 * 9 : memory_per_rank,
+      target);
   const zero::MemoryPlan plan = zero::plan_memory(config, plan_model, target);
+  // Note [Host block cache] (src/memory/host_memory.cpp): close to the limit, hold the
+  // resident set to the live peak (~3 % over the plan) at the price of page faults; with room
+  // to spare the fast mode (~10 % over) keeps the step as fast as glibc's heap.
+  const bool hold_to_peak =
+      !on_gpu && memory_per_rank > 0 && plan.peak_memory_bytes > memory_per_rank / 10 * 8;
+  zero::hold_host_memory_to_peak(hold_to_peak);
+  const std::string hold_note =
+      "the plan is above 80 % of each rank's memory: freed host blocks are held to the live "
+      "peak (Note [Host block cache]: fewer resident bytes, more page faults)";
   auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
   if (o.plan) {
     if (rank == 0) {
@@ -479,6 +496,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                     config.zero_optimization.stage, gib(plan.peak_memory_bytes));
       }
       if (!fitted.empty()) std::printf("with this machine's memory: %s\n", fitted.c_str());
+      if (hold_to_peak) std::printf("%s\n", hold_note.c_str());
     }
     return 0;
   }
@@ -703,6 +721,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       if (!data_note.empty()) progress.message(data_note);
       if (!init_note.empty()) progress.message(init_note);
       if (!fitted.empty()) progress.message(fitted);
+      if (hold_to_peak) progress.message(hold_note);
       progress.message(estimate);
       if (!from.note.empty()) progress.message(from.note);
       if (!from.dir.empty()) {
@@ -991,9 +1010,10 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       for (int r = 0; r < world; ++r) {
         // Against the plan, which includes the process's own baseline (what the OS sees).
         char against[96];
+        const double planned = static_cast<double>(plan.resident_bytes);
         std::snprintf(against, sizeof(against), "planned %s: %+.1f %%",
-                      zero::train::human_bytes(static_cast<double>(plan.peak_memory_bytes)).c_str(),
-                      (figure(r, 1) / static_cast<double>(plan.peak_memory_bytes) - 1) * 100);
+                      zero::train::human_bytes(planned).c_str(),
+                      (figure(r, 1) / planned - 1) * 100);
         rows.push_back({"peak RSS, rank " + std::to_string(r),
                         zero::train::human_bytes(figure(r, 1)),
                         std::string(cuda ? "host memory " : "") + against});

@@ -162,9 +162,13 @@ struct ZERO_API ZeroOptimizationConfig {
   // working set of an offloaded step (Note [Shard state] in src/state/shard_state.h). The
   // value never changes a result.
   int64_t sub_group_size = 1000000000;
-  /// Whether the config set sub_group_size (else zero may lower it to fit memory: Note
-  /// [Fitting the defaults], src/engine/memory_plan.cpp).
+  /// Whether the config set sub_group_size, stage3_prefetch_bucket_size,
+  /// stage3_max_live_parameters, reduce_bucket_size (else zero may lower them to fit memory:
+  /// Note [Fitting the defaults], src/engine/memory_plan.cpp).
   bool sub_group_size_given = false;
+  bool stage3_prefetch_bucket_size_given = false;
+  bool stage3_max_live_parameters_given = false;
+  bool reduce_bucket_size_given = false;
   /// The fp32 master weights and optimizer moments (stages 1-3).
   OffloadConfig offload_optimizer;
   /// The partitioned 16-bit parameter shards (stage 3); DeepSpeed's buffer_count default is 5.

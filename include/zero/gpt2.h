@@ -62,6 +62,14 @@ struct ZERO_API GPT2Config {
   /// activation memory] in gpt2.cpp derives them.
   PlanModel plan_model(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype) const;
 
+  /// Runs the GEMMs of one micro-batch's step once on scratch tensors (the fused LM head and
+  /// loss with its gradients, and each block's three matrix shapes forward and backward), so
+  /// that the BLAS library's own retained scratch (MKL's packing buffers: 58 MiB on gpt2-mini,
+  /// a copy of much of the LM head's weight) is resident before the process baseline of the
+  /// plan (PlanModel::process_baseline_bytes) is measured. On the host only; the scratch
+  /// tensors are freed and the host block cache emptied before it returns.
+  void warm_up_host_gemms(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype) const;
+
   /// This configuration as Hugging Face's GPT2Config (the config.json that
   /// `transformers.GPT2LMHeadModel.from_pretrained(dir)` reads beside dir/model.safetensors):
   /// the sizes, "gelu_new", the dropout as resid/embd/attn_pdrop, tied embeddings, and

@@ -14,6 +14,12 @@ struct ZERO_API HostMemoryStats {
   int64_t allocated_bytes = 0;
   int64_t peak_bytes = 0;       // maximum of allocated_bytes since install or reset_peak
   int64_t allocations = 0;      // allocation calls since install
+  /// Of keep_freed_host_memory's block cache (Note [Host block cache], host_memory.cpp):
+  /// the resident bytes of freed large blocks kept for reuse, and of every large block (live +
+  /// cached; never above the peak of the live ones).
+  int64_t cached_bytes = 0;
+  int64_t mapped_bytes = 0;
+  int64_t block_maps = 0;  // large blocks mapped since install: the cache's misses
 };
 
 /// Routes libtorch's CPU allocations through a counting wrapper (idempotent). Call it before
@@ -24,11 +30,21 @@ ZERO_API HostMemoryStats host_memory_stats();
 ZERO_API void reset_host_memory_peak();
 
 /// glibc returns large freed blocks to the kernel at once and faults them in again on the next
-/// allocation, which measured ~40% of a CPU GPT-2 step here. This raises glibc's mmap and trim
-/// thresholds so freed memory stays mapped for reuse (process-wide; call once at start-up).
+/// allocation, which measured ~40% of a CPU GPT-2 step here; kept in its heap instead, they
+/// fragment it (the resident set ran 22-48 % above the live peak). This routes libtorch's CPU
+/// allocations through zero's allocator (as track_host_memory does), which keeps freed large
+/// blocks mapped and reuses them by size without ever holding more than the peak of live
+/// ones, and raises glibc's thresholds for the small rest (process-wide; call once at
+/// start-up, before the tensors it should serve).
 ZERO_API void keep_freed_host_memory();
 
-/// Returns the heap's free memory to the kernel now (glibc malloc_trim). keep_freed_host_memory
+/// With keep_freed_host_memory: true makes the block cache give back the unused tail of every
+/// reused block, so that the resident set follows the live peak (about 3 % over it on
+/// gpt2-mini rather than 10 %) at the price of page faults (~15 % of a small model's step).
+/// zero-train turns it on when the memory plan is close to what each rank has.
+ZERO_API void hold_host_memory_to_peak(bool exact);
+
+/// Returns the block cache and the heap's free memory to the kernel now (glibc malloc_trim). keep_freed_host_memory
 /// is right for the training loop, whose next step reuses what this one freed, but a one-off
 /// phase leaves holes nothing reuses: building and partitioning a model unit by unit under
 /// ShardedInit left 4.3 GiB resident per rank for 1.5 GiB live on gpt2-large (2 ranks).

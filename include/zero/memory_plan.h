@@ -101,6 +101,11 @@ struct ZERO_API MemoryPlan {
   std::vector<MemoryPlanRow> rows;
   PlanTarget target = PlanTarget::kHost;
   int64_t peak_memory_bytes = 0;  // host memory (RAM: private, shared, pinned) at the step's peak
+  /// What the operating system counts in the rank's resident set at that peak:
+  /// peak_memory_bytes plus the peers' shared memory the rank maps to read in place (stages
+  /// 0-1's gradient chunks, Note [Shared-memory reduce-scatter]), which is no memory of its
+  /// own (the host check leaves it out) but is in its VmRSS. Host ranks only.
+  int64_t resident_bytes = 0;
   int64_t pinned_bytes = 0;       // of it, page-locked (a device model's offload copies)
   int64_t device_bytes = 0;       // the device's memory (PlanTarget::kDevice)
   int64_t nvme_bytes = 0;         // swap files on NVMe

@@ -462,6 +462,8 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
   zero.stage3_prefetch_bucket_size =
       count(kPrefetchBucketSize, defaults.stage3_prefetch_bucket_size,
             "an integer number of elements >= 0 (e.g. 5e7; 0 disables prefetching)");
+  zero.stage3_prefetch_bucket_size_given =
+      view.given(stage3_name(view, kPrefetchBucketSize)) != nullptr;
   zero.stage3_param_persistence_threshold =
       count(kParamPersistence, defaults.stage3_param_persistence_threshold,
             "an integer number of elements >= 0 (parameters with at most this many elements "
@@ -473,6 +475,8 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
       count(kMaxLiveParameters, defaults.stage3_max_live_parameters,
             "an integer number of elements >= 0 (e.g. 1e9; 0: no prefetch beyond the module "
             "being fetched)");
+  zero.stage3_max_live_parameters_given =
+      view.given(stage3_name(view, kMaxLiveParameters)) != nullptr;
   zero.stage3_max_reuse_distance =
       count(kMaxReuseDistance, defaults.stage3_max_reuse_distance,
             "an integer number of elements >= 0 (e.g. 1e9; 0: release every parameter after "
@@ -701,6 +705,7 @@ void parse_zero(const ObjectView& top, Config& config) {
   const ZeroOptimizationConfig defaults;
   zero.reduce_bucket_size =
       view.get_integer("reduce_bucket_size", defaults.reduce_bucket_size, 1, kInt64Max, bucket);
+  zero.reduce_bucket_size_given = view.given("reduce_bucket_size") != nullptr;
   zero.allgather_bucket_size = view.get_integer("allgather_bucket_size",
                                                 defaults.allgather_bucket_size, 1, kInt64Max, bucket);
   // DeepSpeed's default is None: true for stage 3, false for stages 0-2 (overlap_comm_enabled).

@@ -364,12 +364,23 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
                      config.communication_dtype != kept_gradient_dtype(config));
   // The owned shard of the shard space (Note [Shard state]): what the optimizer steps.
   const int64_t shard_numel = stage == 3 ? state_numel / world : (state_numel + world - 1) / world;
+  int64_t mapped_from_peers = 0;
   if (!host_state) {
-    add("gradients", e.grads,
-        stage <= 1 && world > 1 && !device ? MemoryPlace::kSharedHost : compute_place,
+    const bool shared = stage <= 1 && world > 1 && !device;
+    add("gradients", e.grads, shared ? MemoryPlace::kSharedHost : compute_place,
         stage <= 1 ? std::string("whole, reduced in place") +
                          (device ? "" : "; in shared memory when the ranks share a node")
                    : "the owned shard");
+    if (shared) {
+      // Note [Shared-memory reduce-scatter]: this rank sums its chunk of every peer's buffer
+      // where it lies, so those pages are in its resident set too (measured: gpt2-mini at
+      // stage 0 on 2 ranks, RSS 1.10x the plan without this row).
+      mapped_from_peers = e.grads / world * (world - 1);
+      add("peers' gradient chunks", mapped_from_peers, MemoryPlace::kSharedHost,
+          "this rank's chunk of each peer's gradient, read in place: in its resident set, "
+          "not memory of its own (not in the peak)",
+          /*in_peak=*/false);
+    }
   } else {
     // Offloaded from a device: stages 0-1 still reduce in a whole buffer on the device; every
     // stage's owned shard is on the host, with the parameter copy the optimizer writes.
@@ -481,6 +492,7 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
       if (r.place == MemoryPlace::kPinnedHost) plan.pinned_bytes += r.bytes;
     }
   }
+  plan.resident_bytes = plan.peak_memory_bytes + mapped_from_peers;
   return plan;
 }
 
@@ -519,10 +531,13 @@ std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& 
 // to the largest value of a 1-2-5 ladder (or count) at which the plan fits, stopping as soon as
 // it does: offload_optimizer's sub_group_size (to 1e6 at least), offload_optimizer's
 // buffer_count (to 2: one tile stepped while the next is read), offload_param's buffer_count
-// (to 2). None of them changes a result (the optimizer steps the same elements in smaller
-// tiles with fewer buffers; tests/test_offload.cpp holds every tiling and buffer count to the
-// same bits). A value the config set is never changed; when lowering the others cannot make the
-// plan fit, nothing is changed and the start-up check refuses the job, naming the keys.
+// (to 2), then at stage 3 stage3_prefetch_bucket_size and stage3_max_live_parameters (to 1e6:
+// the unit being computed is gathered whatever they say), at stages 1-2 reduce_bucket_size
+// (to 1e6). None of them changes a result (smaller tiles, fewer buffers, less gathered ahead,
+// smaller buckets; DeterministicReduction.EveryKnobTheFitterLowersChangesNoBit in
+// tests/test_engine_equivalence.cpp and the tiling tests of test_offload/test_stage3 hold
+// them to the same bits). A value the config set is never changed; when lowering the others
+// cannot make the plan fit, nothing is changed and the start-up check refuses the job.
 
 namespace {
 
@@ -576,6 +591,18 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
        nvme_optimizer && !zero.offload_optimizer.buffer_count_given, counts_optimizer},
       {"zero_optimization.offload_param.buffer_count", &zero.offload_param.buffer_count,
        nvme_param && !zero.offload_param.buffer_count_given, counts_param},
+      // Stage 3's gathering: less prefetched ahead, fewer units gathered at once (the
+      // current unit is gathered whatever the limit).
+      {"zero_optimization.stage3_prefetch_bucket_size", &zero.stage3_prefetch_bucket_size,
+       zero.stage == 3 && !zero.stage3_prefetch_bucket_size_given,
+       ladder_below(zero.stage3_prefetch_bucket_size, 1000000)},
+      {"zero_optimization.stage3_max_live_parameters", &zero.stage3_max_live_parameters,
+       zero.stage == 3 && !zero.stage3_max_live_parameters_given,
+       ladder_below(zero.stage3_max_live_parameters, 1000000)},
+      // Stages 1-2's gradient buckets: smaller buckets, more collectives.
+      {"zero_optimization.reduce_bucket_size", &zero.reduce_bucket_size,
+       zero.stage <= 2 && !zero.reduce_bucket_size_given,
+       ladder_below(zero.reduce_bucket_size, 1000000)},
   };
   std::string chosen;
   int64_t after = before;
@@ -597,9 +624,9 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
   refresh_effective_json(config);
   return "the plan at DeepSpeed's defaults needs " + human(before) +
          " per rank at the step's peak, more than the " + human(memory_per_rank) +
-         " each rank has here; not set in " + config.source + ", so zero uses " + chosen +
-         ": planned peak " + human(after) + " (Note [Fitting the defaults]: smaller tiles and "
-         "fewer staging buffers change no result, only how the step streams its state)";
+         " per rank it may plan with here; not set in " + config.source + ", so zero uses " + chosen +
+         ": planned peak " + human(after) + " (Note [Fitting the defaults]: none of them "
+         "changes a result, only how the step streams its state)";
 }
 
 std::string offload_that_fits(const Config& config, const PlanModel& model, int64_t device_bytes,
@@ -689,6 +716,12 @@ std::string format_memory_plans(const std::vector<MemoryPlan>& plans) {
   if (device) line("peak on the GPU", [](const MemoryPlan& plan) { return human(plan.device_bytes); });
   line(device ? "host memory" : "peak in memory",
        [](const MemoryPlan& plan) { return human(plan.peak_memory_bytes); });
+  const bool mapped = std::any_of(plans.begin(), plans.end(), [](const MemoryPlan& plan) {
+    return plan.resident_bytes != plan.peak_memory_bytes;
+  });
+  if (mapped) {
+    line("resident set (VmRSS)", [](const MemoryPlan& plan) { return human(plan.resident_bytes); });
+  }
   const bool pinned = std::any_of(plans.begin(), plans.end(),
                                   [](const MemoryPlan& plan) { return plan.pinned_bytes > 0; });
   if (pinned) line("  of it pinned", [](const MemoryPlan& plan) { return human(plan.pinned_bytes); });

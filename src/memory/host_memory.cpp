@@ -3,10 +3,14 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <malloc.h>
+#include <sys/mman.h>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -16,32 +20,71 @@
 namespace zero {
 namespace {
 
-// Wraps the default CPU allocator. Its DataPtrs must stay "simple" (context == data, freed by
-// raw_deleter()), because parts of ATen allocate through raw_allocate(); so sizes are kept in
-// a side table keyed by the data pointer.
-class CountingAllocator final : public c10::Allocator {
+// Note [Host block cache]
+// A CPU training step frees and allocates the same tensor sizes every step. glibc serves them
+// either from fresh mappings (returned on free and faulted in again next step: ~40 % of a
+// GPT-2 step here) or, with its thresholds raised, from the heap, where a step's blocks do
+// not fit the holes the last step left: the heap grew to 1106 MiB for 488 MiB live on
+// gpt2-mini at stage 2, so the resident set ran 22-48 % above the tracked peak. Neither
+// malloc setting is both fast and bounded, hence this cache (not a library: jemalloc or
+// tcmalloc would be a process-wide malloc replacement, which a library linked into a user's
+// program must not impose).
+//
+// Blocks of at least kCachedBlockBytes come from their own anonymous mappings, and a freed
+// one is kept for reuse: a request takes the smallest cached block at least its page-rounded
+// size and at most twice it (the most recently freed among equals, whose pages are warm).
+// Resident bytes are accounted per block: what its users have touched, at most its length
+// (pages past a request fault in on first touch). Invariant: the resident bytes of large
+// blocks (live + cached) never exceed the peak of the live ones: a miss first unmaps cached
+// blocks, the shortest first, until the new block fits under that peak. (Oldest first threw
+// out the LM head's block, which the next step's peak needs again: 77 MiB faulted in per
+// step on gpt2-mini.) A step that repeats the last maps little (bench_memory_plan counts the
+// misses), and the cache holds no more than the peak the memory planner predicts, up to the
+// unused tails of reused blocks. Those tails are the two modes' difference:
+//   fast (the default): a reused block keeps its tail resident. gpt2-mini, stage 2, 2 ranks:
+//     peak RSS 1.10x the plan (glibc's heap: 1.26x), the step as fast as the heap's.
+//   exact (hold_host_memory_to_peak): the tail goes back to the kernel (MADV_DONTNEED), so
+//     resident bytes follow requests: 1.03x the plan, but pages fault in again whenever a
+//     block grows back, ~15 % of that step.
+// Smaller blocks stay with the default allocator: their total is small and their count large.
+constexpr size_t kCachedBlockBytes = size_t{64} << 10;
+constexpr size_t kPageBytes = 4096;
+
+size_t page_rounded(size_t bytes) { return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes; }
+
+// Wraps the default CPU allocator, counting every byte (host_memory_stats) and, once
+// keep_freed_host_memory asked for it, serving large blocks from the cache above. Its
+// DataPtrs must stay "simple" (context == data, freed by raw_deleter()), because parts of
+// ATen allocate through raw_allocate(); so sizes are kept in a side table keyed by the data
+// pointer.
+class HostAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  explicit HostAllocator(c10::Allocator* inner) : inner_(inner) {}
 
 #if TORCH_VERSION_MAJOR >= 2
   c10::DataPtr allocate(size_t bytes) override {
 #else
   c10::DataPtr allocate(size_t bytes) const override {  // const before libtorch 2.0
 #endif
-    c10::DataPtr inner = inner_->allocate(bytes);
-    void* data = inner.get();
-    if (data == nullptr) return inner;  // zero-byte allocations
-    ZERO_INTERNAL_ASSERT(inner.get_context() == data && inner.get_deleter() != nullptr,
-                         "the default CPU allocator returned a non-simple DataPtr");
-    inner_deleter_ = inner.get_deleter();
-    inner.release_context();
-    {
+    void* data = nullptr;
+    size_t mapped = 0;
+    if (caching_.load() && bytes >= kCachedBlockBytes) {
+      mapped = page_rounded(bytes);
+      data = take_block(bytes, mapped);
+    } else {
+      c10::DataPtr inner = inner_->allocate(bytes);
+      data = inner.get();
+      if (data == nullptr) return inner;  // zero-byte allocations
+      ZERO_INTERNAL_ASSERT(inner.get_context() == data && inner.get_deleter() != nullptr,
+                           "the default CPU allocator returned a non-simple DataPtr");
+      inner_deleter_ = inner.get_deleter();
+      inner.release_context();
       std::lock_guard<std::mutex> lock(mutex_);
-      sizes_[data] = static_cast<int64_t>(bytes);
+      blocks_[data] = Block{static_cast<int64_t>(bytes), 0, 0};
     }
     add(static_cast<int64_t>(bytes));
     allocations_.fetch_add(1);
-    return c10::DataPtr(data, data, &CountingAllocator::release, c10::Device(c10::kCPU));
+    return c10::DataPtr(data, data, &HostAllocator::release, c10::Device(c10::kCPU));
   }
 
   // Bytes now held (or, negative, given back), and the peak they may raise.
@@ -52,7 +95,7 @@ class CountingAllocator final : public c10::Allocator {
     }
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::release; }
+  c10::DeleterFnPtr raw_deleter() const override { return &HostAllocator::release; }
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   // Pure virtual since libtorch 2.3.
@@ -62,72 +105,163 @@ class CountingAllocator final : public c10::Allocator {
 #endif
 
   HostMemoryStats stats() const {
-    return {allocated_.load(), peak_.load(), allocations_.load()};
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {allocated_.load(), peak_.load(), allocations_.load(),
+            static_cast<int64_t>(cached_bytes_),
+            static_cast<int64_t>(live_resident_bytes_ + cached_bytes_), block_maps_};
   }
   void reset_peak() { peak_.store(allocated_.load()); }
+  void start_caching() { caching_.store(true); }
+  void set_exact(bool exact) { exact_.store(exact); }
+
+  // Unmaps every cached block, and lowers the mapped-bytes bound to what is live: after a
+  // one-off phase (release_freed_host_memory) the training loop's own peak sets it again.
+  void drop_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!cached_.empty()) unmap_cached(cached_.begin());
+    resident_bound_ = live_resident_bytes_;
+  }
 
  private:
+  struct Block {
+    int64_t bytes;    // requested
+    size_t mapped;    // length of its own mapping; 0: the inner allocator's
+    size_t resident;  // page-rounded bytes its last user asked for (at most mapped)
+  };
+  struct CachedBlock {
+    void* data;
+    size_t resident;
+  };
+  // Mapping length -> the cached blocks of that length, in freeing order (a multimap keeps
+  // the insertion order of equal keys).
+  using CachedMap = std::multimap<size_t, CachedBlock>;
+
   static void release(void* data);
+
+  void* take_block(size_t bytes, size_t wanted) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_resident_bytes_ += wanted;
+    resident_bound_ = std::max(resident_bound_, live_resident_bytes_);
+    // The smallest fitting length; among blocks of that length the most recently freed.
+    auto fitting = cached_.lower_bound(wanted);
+    if (fitting != cached_.end() && fitting->first <= 2 * wanted) {
+      const size_t length = fitting->first;
+      const auto chosen = std::prev(cached_.upper_bound(length));
+      const CachedBlock block = chosen->second;
+      cached_.erase(chosen);
+      cached_bytes_ -= block.resident;
+      size_t resident = std::max(wanted, block.resident);
+      if (resident > wanted && exact_.load()) {
+        madvise(static_cast<char*>(block.data) + wanted, resident - wanted, MADV_DONTNEED);
+        resident = wanted;
+      }
+      live_resident_bytes_ += resident - wanted;
+      resident_bound_ = std::max(resident_bound_, live_resident_bytes_);
+      blocks_[block.data] = Block{static_cast<int64_t>(bytes), length, resident};
+      return block.data;
+    }
+    while (!cached_.empty() && live_resident_bytes_ + cached_bytes_ > resident_bound_) {
+      unmap_cached(cached_.begin());
+    }
+    ++block_maps_;
+    void* data =
+        mmap(nullptr, wanted, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) {
+      live_resident_bytes_ -= wanted;
+      throw Error("host memory: could not map " + std::to_string(wanted) +
+                  " bytes for a tensor (" + std::to_string(live_resident_bytes_) +
+                  " bytes live in large blocks): " + std::strerror(errno));
+    }
+    blocks_[data] = Block{static_cast<int64_t>(bytes), wanted, wanted};
+    return data;
+  }
+
+  // Caller holds mutex_.
+  void unmap_cached(CachedMap::iterator entry) const {
+    munmap(entry->second.data, entry->first);
+    cached_bytes_ -= entry->second.resident;
+    cached_.erase(entry);
+  }
 
   // mutable: allocate() is const in libtorch 1.x.
   c10::Allocator* inner_;
   mutable std::atomic<c10::DeleterFnPtr> inner_deleter_{nullptr};
-  mutable std::mutex mutex_;
-  mutable std::unordered_map<void*, int64_t> sizes_;
+  std::atomic<bool> caching_{false};
+  std::atomic<bool> exact_{false};  // give back the pages past a reused block's request
+  mutable std::mutex mutex_;  // guards everything below it
+  mutable std::unordered_map<void*, Block> blocks_;
+  mutable CachedMap cached_;
+  mutable size_t cached_bytes_ = 0;  // resident
+  mutable size_t live_resident_bytes_ = 0;
+  // The peak of live_resident_bytes_ (Note [Host block cache]).
+  mutable size_t resident_bound_ = 0;
+  mutable int64_t block_maps_ = 0;
   mutable std::atomic<int64_t> allocated_{0};
   mutable std::atomic<int64_t> peak_{0};
   mutable std::atomic<int64_t> allocations_{0};
-
 };
 
-// Read by deleters and the communicator's thread while track_host_memory may install it.
-std::atomic<CountingAllocator*> installed{nullptr};
+// Read by deleters and the communicator's thread while it may be installed.
+std::atomic<HostAllocator*> installed{nullptr};
 std::once_flag install_once;
 
-void CountingAllocator::release(void* data) {
-  CountingAllocator* self = installed.load();
-  int64_t bytes = 0;
+HostAllocator& install() {
+  std::call_once(install_once, [] {
+    // Lives for the whole process: tensors may be freed during static destruction.
+    auto* allocator = new HostAllocator(c10::GetCPUAllocator());
+    installed.store(allocator);
+    c10::SetCPUAllocator(allocator, /*priority=*/100);
+    set_unallocated_host_bytes_sink([](int64_t delta) { installed.load()->add(delta); });
+  });
+  return *installed.load();
+}
+
+void HostAllocator::release(void* data) {
+  HostAllocator* self = installed.load();
+  Block block{};
   {
     std::lock_guard<std::mutex> lock(self->mutex_);
-    auto it = self->sizes_.find(data);
-    ZERO_INTERNAL_ASSERT(it != self->sizes_.end(), "freeing a pointer the counter never saw");
-    bytes = it->second;
-    self->sizes_.erase(it);
+    auto it = self->blocks_.find(data);
+    ZERO_INTERNAL_ASSERT(it != self->blocks_.end(), "freeing a pointer the allocator never saw");
+    block = it->second;
+    self->blocks_.erase(it);
+    if (block.mapped != 0) {
+      self->live_resident_bytes_ -= block.resident;
+      self->cached_bytes_ += block.resident;
+      self->cached_.emplace(block.mapped, CachedBlock{data, block.resident});
+    }
   }
-  self->allocated_.fetch_sub(bytes);
-  self->inner_deleter_.load()(data);
+  self->allocated_.fetch_sub(block.bytes);
+  if (block.mapped == 0) self->inner_deleter_.load()(data);
 }
 
 }  // namespace
 
-void track_host_memory() {
-  std::call_once(install_once, [] {
-    // Lives for the whole process: tensors may be freed during static destruction.
-    auto* counter = new CountingAllocator(c10::GetCPUAllocator());
-    installed.store(counter);
-    c10::SetCPUAllocator(counter, /*priority=*/100);
-    set_unallocated_host_bytes_sink([](int64_t delta) { installed.load()->add(delta); });
-  });
-}
-
+void track_host_memory() { install(); }
 
 HostMemoryStats host_memory_stats() {
-  CountingAllocator* counter = installed.load();
-  return counter != nullptr ? counter->stats() : HostMemoryStats{};
+  HostAllocator* allocator = installed.load();
+  return allocator != nullptr ? allocator->stats() : HostMemoryStats{};
 }
 
 void reset_host_memory_peak() {
-  if (CountingAllocator* counter = installed.load()) counter->reset_peak();
+  if (HostAllocator* allocator = installed.load()) allocator->reset_peak();
 }
 
 void keep_freed_host_memory() {
-  // 1 GiB: tensors below this come from the heap and are reused after free instead of being
-  // unmapped; the trim threshold keeps freed heap memory instead of returning it.
+  install().start_caching();
+  // The blocks below the cache's size come from glibc's heap: keep what they free mapped too
+  // (1 GiB thresholds: nothing that small is unmapped or trimmed on free).
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
 }
 
-void release_freed_host_memory() { malloc_trim(0); }
+void hold_host_memory_to_peak(bool exact) { install().set_exact(exact); }
+
+void release_freed_host_memory() {
+  if (HostAllocator* allocator = installed.load()) allocator->drop_cache();
+  malloc_trim(0);
+}
 
 }  // namespace zero

@@ -84,6 +84,12 @@ check save_every_negative "--save-every" "'-1'" -- --config "$good_config" --sav
 echo '{"train_micro_batch_size_per_gpu": 48, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3}}' > "$work/big_batch.json"
 check activations_do_not_fit "of memory for the training step's peak" "activations" "MemAvailable" \
   -- --config "$work/big_batch.json" --model gpt2-large --seq-len 160
+# Issue 29's 3B model (36 x 2560, ~3.0B parameters) at stage 3 without offload needs ~15-22 GiB
+# per rank: refused at start-up with one message that names the two offload keys which make it
+# train on this machine (configs/zero-infinity.json; docs/benchmarks.md).
+echo '{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 3}}' > "$work/3b_in_memory.json"
+check model_3b_without_offload "MemAvailable" 'offload_optimizer.device "nvme"' 'offload_param.device "nvme"' \
+  -- --config "$work/3b_in_memory.json" --model L36-C2560 --seq-len 128
 check save_every_not_a_number "--save-every" "'often'" -- --config "$good_config" --save-every often
 check device_unknown "--device" "tpu" -- --config "$good_config" --device tpu
 # Text --data (zero/text_corpus.h): a file that is not UTF-8, or binary, is named with the byte
