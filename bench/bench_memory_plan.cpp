@@ -43,7 +43,7 @@ struct Options {
   int steps = 3;
   std::string dtype = "fp32";
   std::string checkpointing = "off";
-  std::string host_cache = "fast";
+  std::string host_cache = "exact";
   std::string compute;  // compute_data_type; "" = the config's default
 };
 

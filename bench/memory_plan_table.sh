@@ -3,8 +3,8 @@
 # model, stage 0-3, world 1, 2 and 4 ranks, without and with activation checkpointing, one
 # bench_memory_plan run (a few fp32 steps; the peak of every byte a rank holds during the last,
 # next to the plan's). Prints the markdown rows.
-# HOST_CACHE=exact measures zero::hold_host_memory_to_peak's mode (default: fast).
-#   [RANKS="1 2 4"] [HOST_CACHE=fast|exact] bench/memory_plan_table.sh [MODELS="gpt2-tiny:2:128 gpt2-mini:2:128 gpt2:1:256 gpt2-medium:1:256"]
+# HOST_CACHE=fast measures zero::hold_host_memory_to_peak(false) (default: exact, zero's default).
+#   [RANKS="1 2 4"] [HOST_CACHE=exact|fast] bench/memory_plan_table.sh [MODELS="gpt2-tiny:2:128 gpt2-mini:2:128 gpt2:1:256 gpt2-medium:1:256"]
 # Each model is NAME:MICRO_BATCH:SEQ. Build first: cmake --build build --target bench_memory_plan
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ for spec in $models; do
       for checkpointing in off on; do
         mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$bench" --model "$model" \
           --stage "$stage" --batch "$batch" --seq "$seq" --steps 3 --checkpointing "$checkpointing" \
-          --host-cache "${HOST_CACHE:-fast}" |
+          --host-cache "${HOST_CACHE:-exact}" |
           grep '^|'
       done
     done

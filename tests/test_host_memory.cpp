@@ -1,7 +1,8 @@
 // The host block cache (Note [Host block cache], src/memory/host_memory.cpp): a step that
 // repeats the last maps nothing new; the resident bytes of large blocks never exceed the peak
-// of the live ones, whatever the sizes do from phase to phase; the exact mode gives a reused
-// block's unused tail back, the fast mode keeps it; release_freed_host_memory empties it.
+// of the live ones, whatever the sizes do from phase to phase; the exact mode (the default)
+// gives a reused block's unused tail back, the fast mode keeps it; release_freed_host_memory
+// empties it.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -38,7 +39,7 @@ class HostBlockCache : public ::testing::Test {
     release_freed_host_memory();
   }
   void TearDown() override {
-    hold_host_memory_to_peak(false);
+    hold_host_memory_to_peak(true);  // the default
     release_freed_host_memory();
   }
 };

@@ -467,15 +467,6 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       config, plan_model, memory_per_rank > 0 ? memory_per_rank / 10 * 9 : memory_per_rank,
       target);
   const zero::MemoryPlan plan = zero::plan_memory(config, plan_model, target);
-  // Note [Host block cache] (src/memory/host_memory.cpp): close to the limit, hold the
-  // resident set to the live peak (~3 % over the plan) at the price of page faults; with room
-  // to spare the fast mode (~10 % over) keeps the step as fast as glibc's heap.
-  const bool hold_to_peak =
-      !on_gpu && memory_per_rank > 0 && plan.peak_memory_bytes > memory_per_rank / 10 * 8;
-  zero::hold_host_memory_to_peak(hold_to_peak);
-  const std::string hold_note =
-      "the plan is above 80 % of each rank's memory: freed host blocks are held to the live "
-      "peak (Note [Host block cache]: fewer resident bytes, more page faults)";
   auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
   if (o.plan) {
     if (rank == 0) {
@@ -496,7 +487,6 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                     config.zero_optimization.stage, gib(plan.peak_memory_bytes));
       }
       if (!fitted.empty()) std::printf("with this machine's memory: %s\n", fitted.c_str());
-      if (hold_to_peak) std::printf("%s\n", hold_note.c_str());
     }
     return 0;
   }
@@ -721,7 +711,6 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       if (!data_note.empty()) progress.message(data_note);
       if (!init_note.empty()) progress.message(init_note);
       if (!fitted.empty()) progress.message(fitted);
-      if (hold_to_peak) progress.message(hold_note);
       progress.message(estimate);
       if (!from.note.empty()) progress.message(from.note);
       if (!from.dir.empty()) {

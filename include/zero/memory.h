@@ -38,10 +38,10 @@ ZERO_API void reset_host_memory_peak();
 /// start-up, before the tensors it should serve).
 ZERO_API void keep_freed_host_memory();
 
-/// With keep_freed_host_memory: true makes the block cache give back the unused tail of every
-/// reused block, so that the resident set follows the live peak (about 3 % over it on
-/// gpt2-mini rather than 10 %) at the price of page faults (~15 % of a small model's step).
-/// zero-train turns it on when the memory plan is close to what each rank has.
+/// With keep_freed_host_memory: whether the block cache gives back the unused tail of every
+/// reused block, so that the resident set follows the live peak (true, the default: within 5 %
+/// of the memory plan) or keeps it for fewer page faults (false: up to 12 % more resident on
+/// small models, a few percent faster at most). Note [Host block cache] has the measurements.
 ZERO_API void hold_host_memory_to_peak(bool exact);
 
 /// Returns the block cache and the heap's free memory to the kernel now (glibc malloc_trim). keep_freed_host_memory

@@ -41,11 +41,12 @@ namespace {
 // step on gpt2-mini.) A step that repeats the last maps little (bench_memory_plan counts the
 // misses), and the cache holds no more than the peak the memory planner predicts, up to the
 // unused tails of reused blocks. Those tails are the two modes' difference:
-//   fast (the default): a reused block keeps its tail resident. gpt2-mini, stage 2, 2 ranks:
-//     peak RSS 1.10x the plan (glibc's heap: 1.26x), the step as fast as the heap's.
-//   exact (hold_host_memory_to_peak): the tail goes back to the kernel (MADV_DONTNEED), so
-//     resident bytes follow requests: 1.03x the plan, but pages fault in again whenever a
-//     block grows back, ~15 % of that step.
+//   exact (the default): the tail goes back to the kernel (MADV_DONTNEED), so resident bytes
+//     follow requests: peak RSS 1.003-1.045x the plan over every stage, 1-4 ranks, gpt2-tiny
+//     to gpt2 (docs/benchmarks.md); pages fault in again when a block grows back, which
+//     measured 0-4 % of a step (gpt2-tiny, gpt2-mini at stage 2, gpt2 at stage 3).
+//   fast (hold_host_memory_to_peak(false)): a reused block keeps its tail resident: up to
+//     1.12x the plan on gpt2-tiny, for those few percent.
 // Smaller blocks stay with the default allocator: their total is small and their count large.
 constexpr size_t kCachedBlockBytes = size_t{64} << 10;
 constexpr size_t kPageBytes = 4096;
@@ -187,7 +188,7 @@ class HostAllocator final : public c10::Allocator {
   c10::Allocator* inner_;
   mutable std::atomic<c10::DeleterFnPtr> inner_deleter_{nullptr};
   std::atomic<bool> caching_{false};
-  std::atomic<bool> exact_{false};  // give back the pages past a reused block's request
+  std::atomic<bool> exact_{true};  // give back the pages past a reused block's request
   mutable std::mutex mutex_;  // guards everything below it
   mutable std::unordered_map<void*, Block> blocks_;
   mutable CachedMap cached_;
