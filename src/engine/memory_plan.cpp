@@ -528,11 +528,11 @@ std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& 
 // machines: sub_group_size 1e9 makes an NVMe-offloaded optimizer stage tiles of a billion
 // elements, buffer_count of them. When the plan at the config's values does not fit the memory
 // each rank has, and the config did not set these knobs, zero lowers them, in this order, each
-// to the largest value of a 1-2-5 ladder (or count) at which the plan fits, stopping as soon as
-// it does: offload_optimizer's sub_group_size (to 1e6 at least), offload_optimizer's
+// to the largest value of a 1-2-5 ladder (or count) at which the plan fits (a knob whose
+// every value leaves the plan where it was is left alone), stopping as soon as it does: offload_optimizer's sub_group_size (to 1e6 at least), offload_optimizer's
 // buffer_count (to 2: one tile stepped while the next is read), offload_param's buffer_count
 // (to 2), then at stage 3 stage3_prefetch_bucket_size and stage3_max_live_parameters (to 1e6:
-// the unit being computed is gathered whatever they say), at stages 1-2 reduce_bucket_size
+// the unit being computed is gathered whatever they say), at stages 0-2 reduce_bucket_size
 // (to 1e6). None of them changes a result (smaller tiles, fewer buffers, less gathered ahead,
 // smaller buckets; DeterministicReduction.EveryKnobTheFitterLowersChangesNoBit in
 // tests/test_engine_equivalence.cpp and the tiling tests of test_offload/test_stage3 hold
@@ -599,7 +599,8 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
       {"zero_optimization.stage3_max_live_parameters", &zero.stage3_max_live_parameters,
        zero.stage == 3 && !zero.stage3_max_live_parameters_given,
        ladder_below(zero.stage3_max_live_parameters, 1000000)},
-      // Stages 1-2's gradient buckets: smaller buckets, more collectives.
+      // Stages 0-2's gradient buckets (stage 2's pooled buffers, a conversion buffer at
+      // stages 0-1): smaller buckets, more collectives.
       {"zero_optimization.reduce_bucket_size", &zero.reduce_bucket_size,
        zero.stage <= 2 && !zero.reduce_bucket_size_given,
        ladder_below(zero.reduce_bucket_size, 1000000)},
@@ -609,11 +610,17 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
   for (Knob& knob : knobs) {
     if (!knob.adjustable || knob.candidates.empty()) continue;
     const int64_t original = *knob.value;
+    const int64_t without = after;
     // The largest candidate that fits; failing that, the smallest, and on to the next knob.
     for (int64_t v : knob.candidates) {
       *knob.value = v;
       after = peak(trial);
       if (after <= memory_per_rank) break;
+    }
+    if (after >= without) {  // no value of this knob lowers this plan: keep it as it was
+      *knob.value = original;
+      after = without;
+      continue;
     }
     chosen += std::string(chosen.empty() ? "" : ", ") + knob.key + " " + count_text(*knob.value) +
               " (default " + count_text(original) + ")";

@@ -38,8 +38,8 @@ namespace {
 // blocks (live + cached) never exceed the peak of the live ones: a miss first unmaps cached
 // blocks, the shortest first, until the new block fits under that peak. (Oldest first threw
 // out the LM head's block, which the next step's peak needs again: 77 MiB faulted in per
-// step on gpt2-mini.) A step that repeats the last maps little (bench_memory_plan counts the
-// misses), and the cache holds no more than the peak the memory planner predicts, up to the
+// step on gpt2-mini.) A step that repeats the last maps little (HostMemoryStats::block_maps
+// counts the misses; tests/test_host_memory.cpp), and the cache holds no more than the peak the memory planner predicts, up to the
 // unused tails of reused blocks. Those tails are the two modes' difference:
 //   exact (the default): the tail goes back to the kernel (MADV_DONTNEED), so resident bytes
 //     follow requests: peak RSS 1.003-1.045x the plan over every stage, 1-4 ranks, gpt2-tiny
@@ -68,10 +68,8 @@ class HostAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t bytes) const override {  // const before libtorch 2.0
 #endif
     void* data = nullptr;
-    size_t mapped = 0;
     if (caching_.load() && bytes >= kCachedBlockBytes) {
-      mapped = page_rounded(bytes);
-      data = take_block(bytes, mapped);
+      data = take_block(bytes, page_rounded(bytes));
     } else {
       c10::DataPtr inner = inner_->allocate(bytes);
       data = inner.get();
