@@ -528,8 +528,9 @@ std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& 
 // machines: sub_group_size 1e9 makes an NVMe-offloaded optimizer stage tiles of a billion
 // elements, buffer_count of them. When the plan at the config's values does not fit the memory
 // each rank has, and the config did not set these knobs, zero lowers them, in this order, each
-// to the largest value of a 1-2-5 ladder (or count) at which the plan fits (a knob whose
-// every value leaves the plan where it was is left alone), stopping as soon as it does: offload_optimizer's sub_group_size (to 1e6 at least), offload_optimizer's
+// to the largest value of a 1-2-5 ladder (or count) at which the plan fits, stopping as soon as
+// it does (a knob no value of which fits goes to its floor: the plan does not see every byte
+// a knob moves, e.g. SGD's tiles on NVMe, so "no gain in the plan" is not "no gain"): offload_optimizer's sub_group_size (to 1e6 at least), offload_optimizer's
 // buffer_count (to 2: one tile stepped while the next is read), offload_param's buffer_count
 // (to 2), then at stage 3 stage3_prefetch_bucket_size and stage3_max_live_parameters (to 1e6:
 // the unit being computed is gathered whatever they say), at stages 0-2 reduce_bucket_size
@@ -610,17 +611,11 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
   for (Knob& knob : knobs) {
     if (!knob.adjustable || knob.candidates.empty()) continue;
     const int64_t original = *knob.value;
-    const int64_t without = after;
     // The largest candidate that fits; failing that, the smallest, and on to the next knob.
     for (int64_t v : knob.candidates) {
       *knob.value = v;
       after = peak(trial);
       if (after <= memory_per_rank) break;
-    }
-    if (after >= without) {  // no value of this knob lowers this plan: keep it as it was
-      *knob.value = original;
-      after = without;
-      continue;
     }
     chosen += std::string(chosen.empty() ? "" : ", ") + knob.key + " " + count_text(*knob.value) +
               " (default " + count_text(original) + ")";
