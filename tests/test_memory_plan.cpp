@@ -339,6 +339,44 @@ TEST(MemoryPlan, DefaultsAreLoweredToFitAndSetValuesAreNot) {
   Config tiny = config_at(3, 2, offload);
   EXPECT_EQ(fit_defaults_to_memory(tiny, model, int64_t{100} << 20), "");
   EXPECT_EQ(tiny.zero_optimization.sub_group_size, 1000000000);
+  // With SGD (no moments, fp32 parameters) the optimizer's records on NVMe are a page each, but
+  // the step's pass copies the swapped parameters through a bounce tile of sub_group_size
+  // elements: lowering it lowers the plan (measured: the 3B model's RSS 25 % above a plan that
+  // left this tile out, with sub_group_size at 1e9).
+  auto sgd_config = [&](const std::string& zero_json) {
+    return parse_config(
+        "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"SGD\", \"params\": "
+        "{\"lr\": 1e-4}}, \"zero_optimization\": {\"stage\": 3" + zero_json + "}}",
+        2, "test config");
+  };
+  Config sgd = sgd_config(offload);
+  const int64_t sgd_peak = plan_memory(sgd, model).peak_memory_bytes;
+  const std::string sgd_line = fit_defaults_to_memory(sgd, model, sgd_peak - 1);
+  EXPECT_NE(sgd_line.find("sub_group_size 5e8"), std::string::npos) << sgd_line;
+  EXPECT_LT(plan_memory(sgd, model).peak_memory_bytes, sgd_peak);
+  // Needing more, sub_group_size goes to its floor and the parameters' slots go down; the
+  // optimizer's buffer_count, whose records are a page each, is left alone.
+  Config sgd_tight = sgd_config(offload);
+  const int64_t floor_peak = [&] {
+    Config c = sgd_config(offload);
+    c.zero_optimization.sub_group_size = 1000000;
+    return plan_memory(c, model).peak_memory_bytes;
+  }();
+  const std::string tight_line = fit_defaults_to_memory(sgd_tight, model, floor_peak - 1);
+  EXPECT_EQ(sgd_tight.zero_optimization.sub_group_size, 1000000) << tight_line;
+  EXPECT_EQ(tight_line.find("offload_optimizer.buffer_count"), std::string::npos) << tight_line;
+  EXPECT_NE(tight_line.find("offload_param.buffer_count"), std::string::npos) << tight_line;
+  // A knob no value of which lowers the plan is left alone: with the parameters in memory,
+  // SGD's step tiles views of them, and smaller tiles only mean more page-sized records.
+  Config in_memory = sgd_config(", \"offload_optimizer\": {\"device\": \"nvme\", "
+                                "\"nvme_path\": \"/tmp\"}");
+  const int64_t in_memory_peak = plan_memory(in_memory, model).peak_memory_bytes;
+  const std::string in_memory_line = fit_defaults_to_memory(in_memory, model, in_memory_peak - 1);
+  EXPECT_EQ(in_memory_line.find("sub_group_size"), std::string::npos) << in_memory_line;
+  EXPECT_EQ(in_memory.zero_optimization.sub_group_size, 1000000000);
+  EXPECT_NE(in_memory_line.find("stage3_prefetch_bucket_size"), std::string::npos)
+      << in_memory_line;
+  EXPECT_LT(plan_memory(in_memory, model).peak_memory_bytes, in_memory_peak);
   // Already fitting: nothing to do.
   Config roomy = config_at(3, 2, offload);
   EXPECT_EQ(fit_defaults_to_memory(roomy, model, before), "");

@@ -441,18 +441,30 @@ TEST(NvmeOffload, StartUpEstimateRefusesWhatDoesNotFit) {
     EXPECT_NE(message.find("offload_optimizer.device \"nvme\""), std::string::npos) << message;
   }
   // With the parameter shards on NVMe too (stage 3): their 4 bytes per parameter go to disk,
-  // and five slots of at most buffer_size elements stay.
+  // and five slots of at most buffer_size elements stay, with the step's bounce tile of
+  // sub_group_size elements.
   const Config params_too = config_for(nvme_optimizer_json(dir, 1000000) + ", " +
                                        "\"offload_param\": {\"device\": \"nvme\", "
                                        "\"nvme_path\": \"" + dir + "\", \"buffer_size\": 1e6}");
   const StateEstimate both = estimate_state(params_too, psi);
   EXPECT_EQ(both.params_on_nvme, 4 * shard);
   EXPECT_EQ(both.on_nvme, nvme.on_nvme + 4 * shard);
-  EXPECT_EQ(both.staging, nvme.staging + 5 * align_up(4000000));
-  EXPECT_EQ(both.in_memory, 4 * shard + 4 * record + 5 * align_up(4000000));
+  EXPECT_EQ(both.staging, nvme.staging + 5 * align_up(4000000) + 4 * 1000000);
+  EXPECT_EQ(both.in_memory, 4 * shard + 4 * record + 5 * align_up(4000000) + 4 * 1000000);
   // A small one fits either way, and the account says where it lives.
   EXPECT_NE(check_state_fits(offloaded, 1000000, *comm).find("on NVMe"), std::string::npos);
   EXPECT_EQ(check_state_fits(in_memory, 1000000, *comm).find("on NVMe"), std::string::npos);
+}
+
+// Whether elements [begin, begin + n) include any of a swapped segment's.
+bool touches_swapped(const std::vector<ParamStore::Segment>& segments, int64_t begin, int64_t n) {
+  for (const ParamStore::Segment& segment : segments) {
+    if (segment.swapped && segment.numel > 0 && segment.offset < begin + n &&
+        begin < segment.offset + segment.numel) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // Note [Parameter offload], the store alone (each rank its own): segments in memory and
@@ -503,16 +515,24 @@ TEST(ParamStore, KeepsEveryValueThroughSlotsPassesAndLeases) {
     }
     // Passes: reading and writing (the fp32-master step), writing only (rounding the master),
     // each starting with slots holding what leases left there (as after a backward).
+    // The tiles that touch a swapped segment are copies in one bounce buffer, of the size the
+    // memory plan counts (largest_bounced_tile); the others are views of the resident shards.
     for (int64_t tile : std::vector<int64_t>{7, 1000, 5000, numel}) {
       SCOPED_TRACE("tile " + std::to_string(tile));
       for (int s : {6, 4, 5}) store.release(store.lease(s));
       ParamStore::Pass pass = store.pass(/*read=*/true, /*write=*/true);
+      size_t bounce_bytes = 0;
       for (int64_t begin = 0; begin < numel; begin += tile) {
         const int64_t n = std::min(tile, numel - begin);
         at::Tensor t = pass.tile(begin, n);
         ASSERT_TRUE(at::equal(t, expected.narrow(0, begin, n))) << begin;
+        if (touches_swapped(segments, begin, n)) {
+          bounce_bytes = std::max(bounce_bytes, t.storage().nbytes());
+        }
         t.add_(1);
       }
+      EXPECT_EQ(static_cast<int64_t>(bounce_bytes),
+                largest_bounced_tile(segments, numel, tile) * size);
       pass.finish();
       expected.add_(1);
       EXPECT_TRUE(at::equal(all(), expected));
@@ -562,6 +582,31 @@ TEST(ParamStore, KeepsEveryValueThroughSlotsPassesAndLeases) {
       EXPECT_TRUE(at::equal(lease.shard, expected.narrow(0, segments[s].offset, segments[s].numel)))
           << "segment " << s;
       store.release(lease);
+    }
+  }
+}
+
+// largest_bounced_tile against a tile-by-tile count, on layouts where the swapped segments lie
+// in whole tiles, only in the last (short) tile, nowhere, or are empty.
+TEST(ParamStore, LargestBouncedTileIsTheLargestTileTouchingASwappedSegment) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<bool>>> layouts = {
+      {{100, 3000, 0, 1, 4097}, {true, false, false, true, false}},
+      {{5000, 10}, {true, false}},  // swapped only at the end
+      {{5000, 0, 10}, {true, false, true}},  // an empty swapped segment in the middle
+      {{5000, 10}, {true, true}},  // nothing swapped
+      {{1, 1, 1}, {false, false, false}}};
+  for (const auto& [sizes, resident] : layouts) {
+    const std::vector<ParamStore::Segment> segments = param_segments(sizes, resident, 0);
+    int64_t numel = 0;
+    for (int64_t n : sizes) numel += n;
+    for (int64_t tile : std::vector<int64_t>{1, 3, 7, 1000, 4999, 5000, 5001, numel, numel * 2}) {
+      int64_t expected = 0;
+      for (int64_t begin = 0; begin < numel; begin += tile) {
+        const int64_t n = std::min(tile, numel - begin);
+        if (touches_swapped(segments, begin, n)) expected = std::max(expected, n);
+      }
+      EXPECT_EQ(largest_bounced_tile(segments, numel, tile), expected)
+          << "tile " << tile << " over " << numel;
     }
   }
 }

@@ -318,8 +318,9 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
     const OffloadConfig& offload = zero.offload_param;
     const bool offloaded = offload.device == OffloadDevice::kNvme;
     int64_t in_memory = 0, on_disk = 0, largest = 0, swapped = 0;
-    for (const ParamStore::Segment& segment :
-         param_segments(shards, resident, offloaded ? offload.max_in_cpu : state_numel)) {
+    const std::vector<ParamStore::Segment> segments =
+        param_segments(shards, resident, offloaded ? offload.max_in_cpu : state_numel);
+    for (const ParamStore::Segment& segment : segments) {
       if (segment.swapped) {
         on_disk += segment.numel;
         largest = std::max(largest, segment.numel);
@@ -330,8 +331,14 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
     }
     const int64_t param_bytes = bytes_of(config.param_dtype);
     if (swapped > 0) {
+      // The slots, and the bounce tile of the optimizer step's pass over the space (tiles of
+      // sub_group_size, whatever the optimizer's placement: at the default 1e9 most of a
+      // billion-parameter shard).
+      const int64_t step_tile =
+          largest_bounced_tile(segments, state_numel / world, zero.sub_group_size);
       param_staging = std::max<int64_t>(2, std::min<int64_t>(offload.buffer_count, swapped)) *
-                      align_up(largest * param_bytes);
+                          align_up(largest * param_bytes) +
+                      step_tile * param_bytes;
     }
     const MemoryPlace shard_place =
         !shards_on_host                                        ? compute_place
@@ -398,7 +405,7 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
       config.optimizer.type == OptimizerType::kSGD ? "momentum, fp32" : "Adam m and v, fp32");
   if (e.staging + param_staging > 0) {
     add("NVMe staging", e.staging + param_staging, MemoryPlace::kHost,
-        "offload_optimizer's buffer_count tiles, offload_param's slots");
+        "offload_optimizer's buffer_count tiles, offload_param's slots and step tile");
   }
 
   // The engine's buffers.
@@ -525,17 +532,20 @@ std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& 
 // Note [Fitting the defaults]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // DeepSpeed's defaults for the knobs that only trade speed for memory are sized for big
-// machines: sub_group_size 1e9 makes an NVMe-offloaded optimizer stage tiles of a billion
-// elements, buffer_count of them. When the plan at the config's values does not fit the memory
-// each rank has, and the config did not set these knobs, zero lowers them, in this order, each
-// to the largest value of a 1-2-5 ladder (or count) at which the plan fits, stopping as soon as
-// it does (a knob no value of which fits goes to its floor: the plan does not see every byte
-// a knob moves, e.g. SGD's tiles on NVMe, so "no gain in the plan" is not "no gain"): offload_optimizer's sub_group_size (to 1e6 at least), offload_optimizer's
-// buffer_count (to 2: one tile stepped while the next is read), offload_param's buffer_count
-// (to 2), then at stage 3 stage3_prefetch_bucket_size and stage3_max_live_parameters (to 1e6:
-// the unit being computed is gathered whatever they say), at stages 0-2 reduce_bucket_size
-// (to 1e6). None of them changes a result (smaller tiles, fewer buffers, less gathered ahead,
-// smaller buckets; DeterministicReduction.EveryKnobTheFitterLowersChangesNoBit in
+// machines: sub_group_size 1e9 makes an optimizer step over NVMe stage tiles of a billion
+// elements (buffer_count records of the optimizer's state, a bounce tile of the swapped
+// parameters). When the plan at the config's values does not fit the memory each rank has,
+// and the config did not set these knobs, zero lowers them, in this order, each to the largest
+// value of a 1-2-5 ladder (or count) at which the plan fits, stopping as soon as it does; a
+// knob no value of which fits goes to its floor, and one no value of which lowers the plan by
+// 1 MiB or more is left alone (the plan counts every buffer these knobs size, so what it does
+// not lower, they do not). The order: sub_group_size (to
+// 1e6 at least), offload_optimizer's buffer_count (to 2: one tile stepped while the next is
+// read), offload_param's buffer_count (to 2), then at stage 3 stage3_prefetch_bucket_size and
+// stage3_max_live_parameters (to 1e6: the unit being computed is gathered whatever they say),
+// at stages 0-2 reduce_bucket_size (to 1e6). None of them changes a result (smaller tiles,
+// fewer buffers, less gathered ahead, smaller buckets;
+// DeterministicReduction.EveryKnobTheFitterLowersChangesNoBit in
 // tests/test_engine_equivalence.cpp and the tiling tests of test_offload/test_stage3 hold
 // them to the same bits). A value the config set is never changed; when lowering the others
 // cannot make the plan fit, nothing is changed and the start-up check refuses the job.
@@ -586,8 +596,11 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
   const bool nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
   const bool nvme_param = zero.offload_param.device == OffloadDevice::kNvme;
   std::vector<Knob> knobs = {
+      // The step's tiles: the optimizer's records on NVMe, the parameters' bounce tile when
+      // they are swapped.
       {"zero_optimization.sub_group_size", &zero.sub_group_size,
-       nvme_optimizer && !zero.sub_group_size_given, ladder_below(zero.sub_group_size, 1000000)},
+       (nvme_optimizer || (zero.stage == 3 && nvme_param)) && !zero.sub_group_size_given,
+       ladder_below(zero.sub_group_size, 1000000)},
       {"zero_optimization.offload_optimizer.buffer_count", &zero.offload_optimizer.buffer_count,
        nvme_optimizer && !zero.offload_optimizer.buffer_count_given, counts_optimizer},
       {"zero_optimization.offload_param.buffer_count", &zero.offload_param.buffer_count,
@@ -606,16 +619,25 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
        zero.stage <= 2 && !zero.reduce_bucket_size_given,
        ladder_below(zero.reduce_bucket_size, 1000000)},
   };
+  // A knob whose every value gains less than this is left alone (with SGD on NVMe, fewer of
+  // the optimizer's page-sized records would be chosen for 8 KiB).
+  constexpr int64_t kNegligibleGain = int64_t{1} << 20;
   std::string chosen;
   int64_t after = before;
   for (Knob& knob : knobs) {
     if (!knob.adjustable || knob.candidates.empty()) continue;
     const int64_t original = *knob.value;
+    const int64_t without = after;
     // The largest candidate that fits; failing that, the smallest, and on to the next knob.
     for (int64_t v : knob.candidates) {
       *knob.value = v;
       after = peak(trial);
       if (after <= memory_per_rank) break;
+    }
+    if (after > without - kNegligibleGain) {  // no value of it helps: keep it as it was
+      *knob.value = original;
+      after = without;
+      continue;
     }
     chosen += std::string(chosen.empty() ? "" : ", ") + knob.key + " " + count_text(*knob.value) +
               " (default " + count_text(original) + ")";

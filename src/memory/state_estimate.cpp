@@ -103,8 +103,11 @@ StateEstimate estimate_state(const Config& config, int64_t num_parameters) {
     // shard, which the config does not fix: buffer_size is its bound.
     const int64_t swapped = std::max<int64_t>(0, shard - offload_param.max_in_cpu);
     const int64_t slots = std::max<int64_t>(2, offload_param.buffer_count);
+    // And the optimizer step's bounce tile for the swapped part (largest_bounced_tile's bound).
     const int64_t staging =
-        swapped > 0 ? slots * align_up(std::min(offload_param.buffer_size, swapped) * param) : 0;
+        swapped > 0 ? slots * align_up(std::min(offload_param.buffer_size, swapped) * param) +
+                          std::min(zero.sub_group_size, shard) * param
+                    : 0;
     e.params_on_nvme = swapped * param;
     e.on_nvme += e.params_on_nvme;
     e.staging += staging;

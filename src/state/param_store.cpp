@@ -300,8 +300,7 @@ ParamStore::Pass::Pass(Pass&& other) noexcept
       cursor_(other.cursor_),
       published_(other.published_),
       pending_begin_(other.pending_begin_),
-      pending_numel_(other.pending_numel_),
-      bounce_(std::move(other.bounce_)) {
+      pending_numel_(other.pending_numel_) {
   other.store_ = nullptr;
 }
 
@@ -335,10 +334,10 @@ at::Tensor ParamStore::Pass::tile(int64_t begin, int64_t n) {
     return st.resident_.narrow(
         0, st.resident_offset_[first] + begin - st.segments_[first].offset, n);
   }
-  if (!bounce_.defined() || bounce_.numel() < n) {
-    bounce_ = at::empty({n}, at::TensorOptions().dtype(st.dtype_));
+  if (!st.bounce_.defined() || st.bounce_.numel() < n) {
+    st.bounce_ = at::empty({n}, at::TensorOptions().dtype(st.dtype_));
   }
-  at::Tensor out = bounce_.narrow(0, 0, n);
+  at::Tensor out = st.bounce_.narrow(0, 0, n);
   if (read_) {
     st.for_each_piece(begin, n, [&](int s, int64_t from, int64_t at, int64_t length) {
       // Once copied, a segment's slot may go to the next one: a tile may span more segments
@@ -369,7 +368,7 @@ void ParamStore::Pass::put_back() {
   ParamStore& st = *store_;
   const int64_t begin = pending_begin_, n = pending_numel_;
   pending_numel_ = 0;
-  const at::Tensor values = bounce_.narrow(0, 0, n);
+  const at::Tensor values = st.bounce_.narrow(0, 0, n);
   st.for_each_piece(begin, n, [&](int s, int64_t from, int64_t at, int64_t length) {
     const Segment& segment = st.segments_[s];
     const int64_t to = from + length;
@@ -562,8 +561,9 @@ void ParamStore::order_device_after_publish() {
 int64_t ParamStore::resident_bytes() const { return resident_.nbytes(); }
 
 int64_t ParamStore::staging_bytes() const {
-  return slots_.empty() ? 0
-                        : static_cast<int64_t>(slots_.size()) * slots_.front().buffer->bytes();
+  const int64_t slots =
+      slots_.empty() ? 0 : static_cast<int64_t>(slots_.size()) * slots_.front().buffer->bytes();
+  return slots + (bounce_.defined() ? static_cast<int64_t>(bounce_.nbytes()) : 0);
 }
 
 int64_t ParamStore::file_bytes() const { return file_ ? file_->bytes() : 0; }
@@ -591,6 +591,21 @@ std::vector<ParamStore::Segment> param_segments(const std::vector<int64_t>& nume
     offset += numel[g];
   }
   return segments;
+}
+
+int64_t largest_bounced_tile(const std::vector<ParamStore::Segment>& segments, int64_t numel,
+                             int64_t tile_numel) {
+  if (numel <= 0) return 0;
+  const int64_t tile = std::max<int64_t>(1, std::min(tile_numel, numel));
+  // Tiles are [k * tile, (k + 1) * tile) but for the last, which ends at numel: a swapped
+  // segment that begins before the last tile touches a whole one.
+  const int64_t last_tile_begin = (numel - 1) / tile * tile;
+  int64_t largest = 0;
+  for (const ParamStore::Segment& segment : segments) {
+    if (!segment.swapped || segment.numel == 0) continue;
+    largest = std::max(largest, segment.offset < last_tile_begin ? tile : numel - last_tile_begin);
+  }
+  return largest;
 }
 
 }  // namespace zero

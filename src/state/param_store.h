@@ -38,7 +38,8 @@ class AlignedBuffer;
 //     it is needed for another, least recently used first.
 // The optimizer step, the master weights' initialisation and a checkpoint's commit go through
 // the space once, in order, in tiles (Pass): a tile is a view where it lies in memory and
-// otherwise a bounce buffer, copied from the slots (reading ahead) and back into them; a
+// otherwise the store's bounce tile (kept from pass to pass, at the largest tile so far: the
+// plan counts it as held), copied from the slots (reading ahead) and back into them; a
 // segment whose values have all been written goes to the file at once, while the next tiles
 // are computed. Parameters are never written outside a pass except by write() (partitioning,
 // GatheredParameters' modifier), which writes the touched records at once; the file is sealed
@@ -116,7 +117,6 @@ class ParamStore {
     int64_t published_ = 0;              // with a device copy: [0, published_) sent up
     int64_t pending_begin_ = 0;           // the bounce tile to write back
     int64_t pending_numel_ = 0;
-    at::Tensor bounce_;
   };
   Pass pass(bool read, bool write);
 
@@ -145,7 +145,8 @@ class ParamStore {
   void publish(int64_t begin, int64_t n);
   /// Work enqueued on the device's current stream from now on sees everything published.
   void order_device_after_publish();
-  /// Host memory: the segments in memory, and the slots (staging) of an offloaded store.
+  /// Host memory: the segments in memory, and the slots and passes' bounce tile (staging) of
+  /// an offloaded store.
   int64_t resident_bytes() const;
   int64_t staging_bytes() const;
   int64_t file_bytes() const;
@@ -208,6 +209,9 @@ class ParamStore {
   TransferQueue::Ticket last_publish_ = 0;
   std::unique_ptr<SwapFile> file_;
   std::vector<Slot> slots_;
+  // A pass's tiles that touch a swapped segment are copied here; kept between passes (every
+  // step makes one) at the largest tile so far: largest_bounced_tile's elements.
+  at::Tensor bounce_;
   uint64_t clock_ = 0;
   bool in_pass_ = false;
 };
@@ -218,5 +222,12 @@ class ParamStore {
 std::vector<ParamStore::Segment> param_segments(const std::vector<int64_t>& numel,
                                                 const std::vector<bool>& resident,
                                                 int64_t max_in_cpu);
+
+/// Elements of the largest tile that a pass over `segments` (covering `numel` elements) in tiles
+/// of `tile_numel` copies into its bounce buffer rather than viewing in place: the tiles that
+/// touch a swapped segment (0 when none is swapped). The memory plan's "NVMe staging" counts
+/// this buffer; with sub_group_size's default of 1e9 it is most of a billion-parameter shard.
+int64_t largest_bounced_tile(const std::vector<ParamStore::Segment>& segments, int64_t numel,
+                             int64_t tile_numel);
 
 }  // namespace zero
