@@ -377,6 +377,17 @@ TEST(MemoryPlan, DefaultsAreLoweredToFitAndSetValuesAreNot) {
   EXPECT_NE(in_memory_line.find("stage3_prefetch_bucket_size"), std::string::npos)
       << in_memory_line;
   EXPECT_LT(plan_memory(in_memory, model).peak_memory_bytes, in_memory_peak);
+  // ... but when nothing else is left to lower (the others set), a small gain is taken rather
+  // than refusing a job it makes fit: the optimizer's buffer_count, one page-sized record less.
+  Config only_records = sgd_config(
+      ", \"sub_group_size\": 1e6, \"stage3_prefetch_bucket_size\": 5e7, "
+      "\"stage3_max_live_parameters\": 1e9, \"offload_optimizer\": {\"device\": \"nvme\", "
+      "\"nvme_path\": \"/tmp\"}");
+  const int64_t records_peak = plan_memory(only_records, model).peak_memory_bytes;
+  const std::string records_line = fit_defaults_to_memory(only_records, model, records_peak - 1);
+  EXPECT_NE(records_line.find("offload_optimizer.buffer_count 3 (default 4)"), std::string::npos)
+      << records_line;
+  EXPECT_LT(plan_memory(only_records, model).peak_memory_bytes, records_peak);
   // Already fitting: nothing to do.
   Config roomy = config_at(3, 2, offload);
   EXPECT_EQ(fit_defaults_to_memory(roomy, model, before), "");

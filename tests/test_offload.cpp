@@ -15,6 +15,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "engine_harness.h"
 #include "offload/async_io.h"
@@ -515,24 +516,28 @@ TEST(ParamStore, KeepsEveryValueThroughSlotsPassesAndLeases) {
     }
     // Passes: reading and writing (the fp32-master step), writing only (rounding the master),
     // each starting with slots holding what leases left there (as after a backward).
-    // The tiles that touch a swapped segment are copies in one bounce buffer, of the size the
-    // memory plan counts (largest_bounced_tile); the others are views of the resident shards.
-    for (int64_t tile : std::vector<int64_t>{7, 1000, 5000, numel}) {
+    // The tiles that touch a swapped segment are copies in the store's one bounce buffer, the
+    // others views of the resident shards; the buffer stays at the largest tile so far, which
+    // staging_bytes reports (the memory plan counts largest_bounced_tile). Tiles in no order.
+    const int64_t slot_bytes = buffers * align_up(4097 * size);
+    int64_t largest_bounced = 0;
+    for (int64_t tile : std::vector<int64_t>{1000, 7, numel, 5000}) {
       SCOPED_TRACE("tile " + std::to_string(tile));
       for (int s : {6, 4, 5}) store.release(store.lease(s));
       ParamStore::Pass pass = store.pass(/*read=*/true, /*write=*/true);
-      size_t bounce_bytes = 0;
+      std::set<const void*> bounced_storage, viewed_storage;
       for (int64_t begin = 0; begin < numel; begin += tile) {
         const int64_t n = std::min(tile, numel - begin);
         at::Tensor t = pass.tile(begin, n);
         ASSERT_TRUE(at::equal(t, expected.narrow(0, begin, n))) << begin;
-        if (touches_swapped(segments, begin, n)) {
-          bounce_bytes = std::max(bounce_bytes, t.storage().nbytes());
-        }
+        (touches_swapped(segments, begin, n) ? bounced_storage : viewed_storage)
+            .insert(t.storage().data());
         t.add_(1);
       }
-      EXPECT_EQ(static_cast<int64_t>(bounce_bytes),
-                largest_bounced_tile(segments, numel, tile) * size);
+      EXPECT_EQ(bounced_storage.size(), 1u);
+      for (const void* storage : viewed_storage) EXPECT_EQ(bounced_storage.count(storage), 0u);
+      largest_bounced = std::max(largest_bounced, largest_bounced_tile(segments, numel, tile));
+      EXPECT_EQ(store.staging_bytes(), slot_bytes + largest_bounced * size);
       pass.finish();
       expected.add_(1);
       EXPECT_TRUE(at::equal(all(), expected));
@@ -592,13 +597,15 @@ TEST(ParamStore, LargestBouncedTileIsTheLargestTileTouchingASwappedSegment) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<bool>>> layouts = {
       {{100, 3000, 0, 1, 4097}, {true, false, false, true, false}},
       {{5000, 10}, {true, false}},  // swapped only at the end
-      {{5000, 0, 10}, {true, false, true}},  // an empty swapped segment in the middle
       {{5000, 10}, {true, true}},  // nothing swapped
       {{1, 1, 1}, {false, false, false}}};
-  for (const auto& [sizes, resident] : layouts) {
-    const std::vector<ParamStore::Segment> segments = param_segments(sizes, resident, 0);
-    int64_t numel = 0;
-    for (int64_t n : sizes) numel += n;
+  std::vector<std::vector<ParamStore::Segment>> cases;
+  for (const auto& [sizes, resident] : layouts) cases.push_back(param_segments(sizes, resident, 0));
+  // An empty swapped segment between resident ones (param_segments keeps empty ones in
+  // memory; Pass::tile passes over them either way).
+  cases.push_back({{0, 5000, false}, {5000, 0, true}, {5000, 10, false}});
+  for (const std::vector<ParamStore::Segment>& segments : cases) {
+    const int64_t numel = segments.back().offset + segments.back().numel;
     for (int64_t tile : std::vector<int64_t>{1, 3, 7, 1000, 4999, 5000, 5001, numel, numel * 2}) {
       int64_t expected = 0;
       for (int64_t begin = 0; begin < numel; begin += tile) {

@@ -531,24 +531,23 @@ std::vector<MemoryPlan> plan_every_stage(const Config& config, const PlanModel& 
 
 // Note [Fitting the defaults]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// DeepSpeed's defaults for the knobs that only trade speed for memory are sized for big
-// machines: sub_group_size 1e9 makes an optimizer step over NVMe stage tiles of a billion
-// elements (buffer_count records of the optimizer's state, a bounce tile of the swapped
-// parameters). When the plan at the config's values does not fit the memory each rank has,
-// and the config did not set these knobs, zero lowers them, in this order, each to the largest
-// value of a 1-2-5 ladder (or count) at which the plan fits, stopping as soon as it does; a
-// knob no value of which fits goes to its floor, and one no value of which lowers the plan by
-// 1 MiB or more is left alone (the plan counts every buffer these knobs size, so what it does
-// not lower, they do not). The order: sub_group_size (to
-// 1e6 at least), offload_optimizer's buffer_count (to 2: one tile stepped while the next is
-// read), offload_param's buffer_count (to 2), then at stage 3 stage3_prefetch_bucket_size and
-// stage3_max_live_parameters (to 1e6: the unit being computed is gathered whatever they say),
-// at stages 0-2 reduce_bucket_size (to 1e6). None of them changes a result (smaller tiles,
-// fewer buffers, less gathered ahead, smaller buckets;
-// DeterministicReduction.EveryKnobTheFitterLowersChangesNoBit in
-// tests/test_engine_equivalence.cpp and the tiling tests of test_offload/test_stage3 hold
-// them to the same bits). A value the config set is never changed; when lowering the others
-// cannot make the plan fit, nothing is changed and the start-up check refuses the job.
+// DeepSpeed's defaults for the knobs that only trade speed for memory are sized for big machines:
+// sub_group_size 1e9 makes an optimizer step over NVMe stage tiles of a billion elements
+// (buffer_count records of the optimizer's state, a bounce tile of the swapped parameters). When
+// the plan at the config's values does not fit the memory each rank has, and the config did not set
+// these knobs, zero lowers them, in this order, each to the largest value of a 1-2-5 ladder (or
+// count) at which the plan fits, stopping as soon as it does; a knob no value of which fits goes to
+// its floor, and one that lowers the plan by less than 1 MiB at the value it stopped at is put back
+// and tried again only if the others do not make the plan fit (the plan counts every buffer these
+// knobs size, so what it does not lower, they do not). The order: sub_group_size (to 1e6 at least),
+// offload_optimizer's buffer_count (to 2: one tile stepped while the next is read), offload_param's
+// buffer_count (to 2), then at stage 3 stage3_prefetch_bucket_size and stage3_max_live_parameters
+// (to 1e6: the unit being computed is gathered whatever they say), at stages 0-2 reduce_bucket_size
+// (to 1e6). None of them changes a result (smaller tiles, fewer buffers, less gathered ahead,
+// smaller buckets; DeterministicReduction.EveryKnobTheFitterLowersChangesNoBit in
+// tests/test_engine_equivalence.cpp and the tiling tests of test_offload/test_stage3 hold them to
+// the same bits). A value the config set is never changed; when lowering the others cannot make the
+// plan fit, nothing is changed and the start-up check refuses the job.
 
 namespace {
 
@@ -619,29 +618,39 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
        zero.stage <= 2 && !zero.reduce_bucket_size_given,
        ladder_below(zero.reduce_bucket_size, 1000000)},
   };
-  // A knob whose every value gains less than this is left alone (with SGD on NVMe, fewer of
-  // the optimizer's page-sized records would be chosen for 8 KiB).
+  // A knob that gains less than this is tried again only after the others (with SGD on NVMe,
+  // fewer of the optimizer's page-sized records would otherwise be chosen for 8 KiB).
   constexpr int64_t kNegligibleGain = int64_t{1} << 20;
   std::string chosen;
   int64_t after = before;
-  for (Knob& knob : knobs) {
-    if (!knob.adjustable || knob.candidates.empty()) continue;
+  // Lowers `knob` to the largest candidate at which the plan fits, failing that to the
+  // smallest; keeps it there when that gains `least_gain` or more, else puts it back.
+  auto lower = [&](Knob& knob, int64_t least_gain) {
     const int64_t original = *knob.value;
     const int64_t without = after;
-    // The largest candidate that fits; failing that, the smallest, and on to the next knob.
     for (int64_t v : knob.candidates) {
       *knob.value = v;
       after = peak(trial);
       if (after <= memory_per_rank) break;
     }
-    if (after > without - kNegligibleGain) {  // no value of it helps: keep it as it was
+    if (after > without - least_gain) {
       *knob.value = original;
       after = without;
-      continue;
+      return false;
     }
     chosen += std::string(chosen.empty() ? "" : ", ") + knob.key + " " + count_text(*knob.value) +
               " (default " + count_text(original) + ")";
+    return true;
+  };
+  std::vector<Knob*> deferred;
+  for (Knob& knob : knobs) {
+    if (!knob.adjustable || knob.candidates.empty()) continue;
+    if (!lower(knob, kNegligibleGain)) deferred.push_back(&knob);
     if (after <= memory_per_rank) break;
+  }
+  for (Knob* knob : deferred) {
+    if (after <= memory_per_rank) break;
+    lower(*knob, 1);
   }
   if (after > memory_per_rank) return "";  // nothing changed: the start-up check refuses
   config = trial;

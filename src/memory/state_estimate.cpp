@@ -103,7 +103,8 @@ StateEstimate estimate_state(const Config& config, int64_t num_parameters) {
     // shard, which the config does not fix: buffer_size is its bound.
     const int64_t swapped = std::max<int64_t>(0, shard - offload_param.max_in_cpu);
     const int64_t slots = std::max<int64_t>(2, offload_param.buffer_count);
-    // And the optimizer step's bounce tile for the swapped part (largest_bounced_tile's bound).
+    // And the optimizer step's bounce tile for the swapped part (an estimate of
+    // largest_bounced_tile over the unpadded shard, which the plan computes exactly).
     const int64_t staging =
         swapped > 0 ? slots * align_up(std::min(offload_param.buffer_size, swapped) * param) +
                           std::min(zero.sub_group_size, shard) * param
@@ -178,9 +179,14 @@ std::string check_fits(const Config& config, const StateEstimate& e, int64_t mem
     const int64_t needed = ranks * memory_needed;
     if (available >= 0) {
       std::string remedies = first_remedies;
-      if (zero.offload_optimizer.device == OffloadDevice::kNvme) {
+      // sub_group_size sizes the optimizer's records on NVMe and the step's parameter tile.
+      const bool nvme_optimizer = zero.offload_optimizer.device == OffloadDevice::kNvme;
+      if (nvme_optimizer) {
         remedies += "lower zero_optimization.sub_group_size or offload_optimizer.buffer_count, ";
-      } else {
+      } else if (zero.stage == 3 && zero.offload_param.device == OffloadDevice::kNvme) {
+        remedies += "lower zero_optimization.sub_group_size, ";
+      }
+      if (!nvme_optimizer) {
         remedies += "offload the optimizer state to NVMe "
                     "(zero_optimization.offload_optimizer.device \"nvme\"), ";
       }

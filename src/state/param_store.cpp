@@ -326,6 +326,7 @@ at::Tensor ParamStore::Pass::tile(int64_t begin, int64_t n) {
   // In memory and contiguous there (always, unless offloaded): a view.
   bool view = true;
   for (int s = first; s <= last && view; ++s) {
+    if (st.segments_[s].numel == 0) continue;  // nothing of it in the tile (largest_bounced_tile)
     view = !st.segments_[s].swapped &&
            st.resident_offset_[s] - st.segments_[s].offset ==
                st.resident_offset_[first] - st.segments_[first].offset;
