@@ -44,8 +44,8 @@ ZERO_API void keep_freed_host_memory();
 /// small models, a few percent faster at most). Note [Host block cache] has the measurements.
 ZERO_API void hold_host_memory_to_peak(bool exact);
 
-/// Returns the block cache and the heap's free memory to the kernel now (glibc malloc_trim). keep_freed_host_memory
-/// is right for the training loop, whose next step reuses what this one freed, but a one-off
+/// Returns the block cache and the heap's free memory to the kernel now (glibc malloc_trim).
+/// keep_freed_host_memory is right for the training loop, whose next step reuses what this one freed, but a one-off
 /// phase leaves holes nothing reuses: building and partitioning a model unit by unit under
 /// ShardedInit left 4.3 GiB resident per rank for 1.5 GiB live on gpt2-large (2 ranks).
 /// zero calls it after each ShardedInit unit and at the end of zero::initialize.

@@ -138,8 +138,9 @@ ZERO_API std::string offload_that_fits(const Config& config, const PlanModel& mo
 /// Note [Fitting the defaults] (src/engine/memory_plan.cpp): when `config`'s plan needs more
 /// than `memory_per_rank` of host memory per rank, lowers the speed-for-memory knobs the config
 /// left at DeepSpeed's defaults (NVMe offload's sub_group_size and buffer counts, stage 3's
-/// prefetch and live-parameter limits, the reduce bucket size) until it fits, and returns one line saying what it chose and why ("" and `config` unchanged when it
-/// already fits or cannot be made to). Identical inputs give identical choices on every rank.
+/// prefetch and live-parameter limits, the reduce bucket size) until it fits, and returns one
+/// line saying what it chose and why ("" and `config` unchanged when it already fits or cannot
+/// be made to). Identical inputs give identical choices on every rank.
 ZERO_API std::string fit_defaults_to_memory(Config& config, const PlanModel& model,
                                             int64_t memory_per_rank,
                                             PlanTarget target = PlanTarget::kHost);

@@ -657,8 +657,8 @@ std::string fit_defaults_to_memory(Config& config, const PlanModel& model, int64
   refresh_effective_json(config);
   return "the plan at DeepSpeed's defaults needs " + human(before) +
          " per rank at the step's peak, more than the " + human(memory_per_rank) +
-         " per rank it may plan with here; not set in " + config.source + ", so zero uses " + chosen +
-         ": planned peak " + human(after) + " (Note [Fitting the defaults]: none of them "
+         " per rank it may plan with here; not set in " + config.source + ", so zero uses " +
+         chosen + ": planned peak " + human(after) + " (Note [Fitting the defaults]: none of them "
          "changes a result, only how the step streams its state)";
 }
 

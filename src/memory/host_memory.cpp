@@ -39,8 +39,8 @@ namespace {
 // blocks, the shortest first, until the new block fits under that peak. (Oldest first threw
 // out the LM head's block, which the next step's peak needs again: 77 MiB faulted in per
 // step on gpt2-mini.) A step that repeats the last maps little (HostMemoryStats::block_maps
-// counts the misses; tests/test_host_memory.cpp), and the cache holds no more than the peak the memory planner predicts, up to the
-// unused tails of reused blocks. Those tails are the two modes' difference:
+// counts the misses; tests/test_host_memory.cpp), and the cache holds no more than the peak
+// the memory planner predicts, up to the unused tails of reused blocks. Those tails are the two modes' difference:
 //   exact (the default): the tail goes back to the kernel (MADV_DONTNEED), so resident bytes
 //     follow requests: peak RSS 1.003-1.045x the plan over every stage, 1-4 ranks, gpt2-tiny
 //     to gpt2 (docs/benchmarks.md); pages fault in again when a block grows back, which

@@ -487,6 +487,31 @@ int64_t GPT2Config::num_parameters() const {
   return vocab_size * d + n_positions * d + n_layer * block + 2 * d;
 }
 
+void GPT2Config::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
+                                    c10::ScalarType compute_dtype) const {
+  validate(*this);
+  {
+    const auto options = at::TensorOptions().dtype(compute_dtype);
+    const int64_t tokens = micro_batch * seq;
+    const int64_t C = n_embd;
+    // The LM head and loss as the step runs them (forward, which computes the gradients).
+    at::Tensor hidden = at::zeros({tokens, C}, options).requires_grad_(true);
+    at::Tensor weight = at::zeros({vocab_size, C}, options).requires_grad_(true);
+    lm_head_cross_entropy(hidden, weight, at::zeros({tokens}, at::kLong)).backward();
+    // A block's Conv1D shapes (attention in, attention out, MLP in, MLP out): y = x W, and
+    // backward's dx = dy W^T, dW = x^T dy.
+    for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{
+             {C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+      const at::Tensor x = at::zeros({tokens, in}, options);
+      const at::Tensor w = at::zeros({in, out}, options);
+      const at::Tensor dy = at::mm(x, w);
+      at::mm(dy, w.t());
+      at::mm(x.t(), dy);
+    }
+  }
+  release_freed_host_memory();  // the scratch tensors' blocks (zero/memory.h)
+}
+
 // Note [GPT-2 activation memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // What autograd keeps of one micro-batch (N = batch x seq tokens, e bytes per element of the
@@ -513,31 +538,6 @@ int64_t GPT2Config::num_parameters() const {
 //     the end; before that, the worst is the start (everything saved plus the first block's
 //     gradients, about 8 C N e) or, with checkpointing, a recomputed block (its 16 C N e on top
 //     of the held V C e and the checkpointed inputs).
-void GPT2Config::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
-                                    c10::ScalarType compute_dtype) const {
-  validate(*this);
-  {
-    const auto options = at::TensorOptions().dtype(compute_dtype);
-    const int64_t tokens = micro_batch * seq;
-    const int64_t C = n_embd;
-    // The LM head and loss as the step runs them (forward, which computes the gradients).
-    at::Tensor hidden = at::zeros({tokens, C}, options).requires_grad_(true);
-    at::Tensor weight = at::zeros({vocab_size, C}, options).requires_grad_(true);
-    lm_head_cross_entropy(hidden, weight, at::zeros({tokens}, at::kLong)).backward();
-    // A block's Conv1D shapes (attention in, attention out, MLP in, MLP out): y = x W, and
-    // backward's dx = dy W^T, dW = x^T dy.
-    for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{
-             {C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
-      const at::Tensor x = at::zeros({tokens, in}, options);
-      const at::Tensor w = at::zeros({in, out}, options);
-      const at::Tensor dy = at::mm(x, w);
-      at::mm(dy, w.t());
-      at::mm(x.t(), dy);
-    }
-  }
-  release_freed_host_memory();  // the scratch tensors' blocks (zero/memory.h)
-}
-
 PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq,
                                  c10::ScalarType compute_dtype) const {
   validate(*this);
