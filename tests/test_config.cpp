@@ -264,13 +264,15 @@ TEST(Config, EffectiveJson) {
             R"("bf16":{"enabled":false,"immediate_grad_update":false},)"
             R"("communication_data_type":"fp16","compute_data_type":"fp16",)"
             R"("csv_monitor":{"enabled":false,"job_name":"DeepSpeedJobName","output_path":""},)"
+            R"("data_types":{"grad_accum_dtype":null},)"
             R"("fp16":{"auto_cast":false,"consecutive_hysteresis":false,"enabled":true,)"
             R"("fp16_master_weights_and_grads":false,"hysteresis":2,"initial_scale_power":16,)"
             R"("loss_scale":0.0,"loss_scale_window":1000,"min_loss_scale":1.0},)"
             R"("gradient_accumulation_steps":1,"gradient_clipping":0.0,)"
+            R"("gradient_predivide_factor":1.0,)"
             R"("optimizer":{"params":{"adam_w_mode":true,"betas":[0.9,0.999],)"
             R"("bias_correction":true,"eps":1e-08,"lr":0.001,"weight_decay":0.0},"type":"AdamW"},)"
-            R"("scheduler":null,"seed":1234,"steps_per_print":null,)"
+            R"("prescale_gradients":false,"scheduler":null,"seed":1234,"steps_per_print":null,)"
             R"("tensorboard":{"enabled":false,"job_name":"DeepSpeedJobName","output_path":""},)"
             R"("train_batch_size":8,"train_micro_batch_size_per_gpu":4,)"
             R"("wall_clock_breakdown":false,)"
@@ -430,8 +432,8 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"unknown key 'zero_optimization.stagee'", "did you mean 'zero_optimization.stage'?"}},
       {"misplaced top-level key", with(R"("zero_optimization": {"aio": {}})"), 1,
        {"unknown key 'zero_optimization.aio'", "'aio' is a top-level key"}},
-      {"fp16 key under bf16", with(R"("bf16": {"enabled": true, "loss_scale": 0})"), 1,
-       {"unknown key 'bf16.loss_scale'", "'fp16.loss_scale'"}},
+      {"fp16 enabled key under bf16", with(R"("bf16": {"enabled": true, "auto_cast": false})"), 1,
+       {"unknown key 'bf16.auto_cast'", "'fp16.auto_cast'"}},
       {"stage at top level", with(R"("stage": 2)"), 1,
        {"unknown key 'stage'", "did you mean 'zero_optimization.stage'?"}},
       {"offload at the top level", with(R"("offload_optimizer": {"device": "none"})"), 1,
@@ -510,8 +512,8 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        with(R"("zero_optimization": {"stage": 3, "stage3_module_granularity_threshold": 7})"), 1,
        {"zero_optimization.stage3_module_granularity_threshold = 7 is not supported yet",
         "a DeepSpeed stage-3 internal that zero does not implement"}},
-      {"sub_group_size zero", with(R"("zero_optimization": {"sub_group_size": 0})"), 1,
-       {"zero_optimization.sub_group_size = 0", "an integer number of elements >= 1"}},
+      {"sub_group_size negative", with(R"("zero_optimization": {"sub_group_size": -1})"), 1,
+       {"zero_optimization.sub_group_size = -1", "an integer number of elements >= 0"}},
       {"ZeRO++ below stage 3", with(R"("zero_optimization": {"zero_quantized_gradients": true})"), 1,
        {"zero_optimization.zero_quantized_gradients = true needs zero_optimization.stage 3",
         "the stage is 0", "allowed at this stage: the default (false)"}},
@@ -524,8 +526,14 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"ZeRO++ frozen weights", with(R"("zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true})"), 1,
        {"zero_optimization.zero_quantized_nontrainable_weights = true is not supported yet",
         "quantized frozen weights and LoCo error feedback are not implemented"}},
-      {"legacy cpu_offload", with(R"("zero_optimization": {"cpu_offload": true})"), 1,
-       {"zero_optimization.cpu_offload = true is not supported yet"}},
+      {"legacy cpu_offload at stage 0", with(R"("zero_optimization": {"cpu_offload": true})"), 1,
+       {"zero_optimization.cpu_offload = true needs zero_optimization.stage 1 or higher (got 0)"}},
+      {"legacy cpu_offload with offload_optimizer",
+       with(R"("zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}})"), 1,
+       {"both 'zero_optimization.cpu_offload'", "keep offload_optimizer"}},
+      {"pin memory without cpu_offload",
+       with(R"("zero_optimization": {"stage": 2, "cpu_offload_use_pin_memory": true})"), 1,
+       {"cpu_offload_use_pin_memory = true needs cpu_offload or cpu_offload_param true"}},
       {"zero_optimization number", with(R"("zero_optimization": 2)"), 1,
        {"zero_optimization = 2 is invalid", "legacy"}},
       {"allgather_size without legacy form", with(R"("allgather_size": 1000)"), 1,
@@ -592,8 +600,10 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"optimizer.params.lr = \"1e-3\" is invalid"}},
       {"amsgrad", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"amsgrad": true}}})", 1,
        {"optimizer.params.amsgrad = true is not supported yet"}},
-      {"torch_adam", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"torch_adam": true}}})", 1,
-       {"optimizer.params.torch_adam = true is not supported yet"}},
+      {"torch_adam not a boolean", R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"torch_adam": 1}}})", 1,
+       {"optimizer.params.torch_adam = 1 is invalid", "false"}},
+      {"1-bit Adam", R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}})", 1,
+       {"optimizer.type = \"OneBitAdam\": zero does not have DeepSpeed's 1-bit optimizers"}},
       {"AdamW without adam_w_mode",
        R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})", 1,
        {"optimizer.params.adam_w_mode = false contradicts optimizer.type \"AdamW\""}},
@@ -611,7 +621,7 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"fp16 enabled string", with(R"("fp16": {"enabled": "true"})"), 1,
        {"fp16.enabled = \"true\" is invalid", "true or false"}},
       {"auto_cast", with(R"("fp16": {"enabled": true, "auto_cast": true})"), 1,
-       {"fp16.auto_cast = true is not supported yet"}},
+       {"fp16.auto_cast = true: zero does not have autocast"}},
       {"fp16 master weights", with(R"("fp16": {"fp16_master_weights_and_grads": true})"), 1,
        {"fp16.fp16_master_weights_and_grads = true is not supported yet"}},
       {"negative loss scale", with(R"("fp16": {"loss_scale": -1})"), 1,
@@ -627,10 +637,15 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"communication dtype", with(R"("communication_data_type": "fp8")"), 1,
        {"communication_data_type = \"fp8\" is invalid", "\"fp32\", \"fp16\", \"bf16\""}},
       // other DeepSpeed keys: only their defaults
-      {"prescale_gradients", with(R"("prescale_gradients": true)"), 1,
-       {"prescale_gradients = true is not supported yet", "reduce_scatter"}},
-      {"gradient_predivide_factor", with(R"("gradient_predivide_factor": 2.0)"), 1,
-       {"gradient_predivide_factor = 2.0 is not supported yet"}},
+      {"prescale_gradients at stage 2",
+       with(R"("prescale_gradients": true, "zero_optimization": {"stage": 2})"), 1,
+       {"prescale_gradients = true at zero_optimization.stage 2 with reduce_scatter true",
+        "DeepSpeed's stage 1-2 optimizer asserts it", "reduce_scatter false"}},
+      {"gradient_predivide_factor at stage 1",
+       with(R"("gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 1})"), 1,
+       {"gradient_predivide_factor = 2.0 at zero_optimization.stage 1"}},
+      {"gradient_predivide_factor zero", with(R"("gradient_predivide_factor": 0)"), 1,
+       {"gradient_predivide_factor = 0 is invalid", "a number > 0"}},
       {"wandb enabled", with(R"("wandb": {"enabled": true, "project": "x"})"), 1,
        {"wandb.enabled = true is not supported", "no network", "tensorboard"}},
       {"tensorboard not an object", with(R"("tensorboard": true)"), 1, {"tensorboard", "true"}},
@@ -639,7 +654,15 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"section without enabled", with(R"("wandb": {"project": "p"})"), 1,
        {"wandb = {\"project\":\"p\"} is not supported yet", "\"enabled\": false"}},
       {"amp enabled", with(R"("amp": {"enabled": true})"), 1,
-       {"amp.enabled = true is not supported yet"}},
+       {"amp.enabled = true: zero does not have NVIDIA apex AMP", "remove the section"}},
+      {"autotuning enabled", with(R"("autotuning": {"enabled": true})"), 1,
+       {"autotuning.enabled = true: zero does not have the DeepSpeed Autotuner"}},
+      {"compression", with(R"("compression_training": {"weight_quantization": {}})"), 1,
+       {"compression_training = ", "zero does not have DeepSpeed Compression"}},
+      {"sparse attention", with(R"("sparse_attention": {"mode": "fixed"})"), 1,
+       {"sparse_attention = ", "zero does not have DeepSpeed Sparse Attention"}},
+      {"eigenvalue enabled", with(R"("eigenvalue": {"enabled": true})"), 1,
+       {"eigenvalue.enabled = true: zero does not have the eigenvalue computation"}},
       // scheduler
       {"scheduler not an object", with(R"("scheduler": "WarmupLR")"), 1,
        {"scheduler = \"WarmupLR\" is invalid", "an object"}},
@@ -745,10 +768,17 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
        {"csv_monitor = true is invalid", "an object"}},
       {"checkpoint tag validation", with(R"("checkpoint": {"tag_validation": "Fail"})"), 1,
        {"checkpoint.tag_validation = \"Fail\" is not supported yet", "\"Warn\""}},
-      {"activation checkpointing", with(R"("activation_checkpointing": {"partition_activations": true})"), 1,
-       {"activation_checkpointing.partition_activations = true is not supported yet"}},
-      {"grad accum dtype", with(R"("data_types": {"grad_accum_dtype": "fp32"})"), 1,
-       {"data_types.grad_accum_dtype = \"fp32\" is not supported yet"}},
+      {"grad accum dtype below the kept one", with(R"("data_types": {"grad_accum_dtype": "bf16"})"), 1,
+       {"data_types.grad_accum_dtype = \"bf16\" is not supported with fp32 parameters",
+        "zero accumulates gradients in fp32"}},
+      {"grad accum dtype name", with(R"("data_types": {"grad_accum_dtype": "fp8"})"), 1,
+       {"data_types.grad_accum_dtype = \"fp8\" is invalid"}},
+      {"unknown top-level key close to a known one", with(R"("gradient_clippin": 1.0)"), 1,
+       {"unknown key 'gradient_clippin'; did you mean 'gradient_clipping'?"}},
+      {"unknown top-level object holding a top-level key", with(R"("log": {"steps_per_print": 50})"), 1,
+       {"unknown key 'log'; it holds 'steps_per_print'", "did you mean 'steps_per_print'?"}},
+      {"unknown top-level object holding a section's key", with(R"("extras": {"overlap_comm": true})"), 1,
+       {"unknown key 'extras'; it holds 'overlap_comm'", "'zero_optimization.overlap_comm'"}},
       // JSON structure
       {"duplicate nested key", with(R"("zero_optimization": {"stage": 1, "stage": 2})"), 1,
        {"duplicate key 'zero_optimization.stage'"}},

@@ -254,5 +254,83 @@ TEST(Consistency, AllRanksHoldIdenticalParameters) {
   }
 }
 
+
+// prescale_gradients and gradient_predivide_factor (Note [Gradient scaling]) are honoured
+// where DeepSpeed honours them: the gradients are scaled down before they are summed and the
+// step divides by the rest, so the average is the plain run's. Dividing by a power of two is
+// exact, so at 1, 2 and 4 ranks the parameters are the plain run's bit for bit (clipping
+// included: the norm scales exactly too); at 3 ranks they agree within rounding.
+TEST_F(DeterministicReduction, PrescaledGradientsGiveThePlainAverage) {
+  struct Case {
+    int stage;
+    std::string zero_json;
+    std::string top_json;
+  };
+  const std::vector<Case> cases = {
+      {0, "", "\"prescale_gradients\": true"},
+      {0, "", "\"gradient_predivide_factor\": 4.0"},
+      {1, "\"reduce_scatter\": false", "\"prescale_gradients\": true"},
+      {2, "\"reduce_scatter\": false", "\"gradient_predivide_factor\": 2.0"},
+      {3, kStage3Partitioned, "\"prescale_gradients\": true"},
+      {3, kStage3Partitioned, "\"gradient_predivide_factor\": 2.0"},
+  };
+  const int n = comm->size();
+  const bool exact = (n & (n - 1)) == 0;
+  options.gradient_accumulation_steps = 2;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("stage " + std::to_string(c.stage) + " " + c.top_json);
+    options.stage = c.stage;
+    options.extra_zero_json = c.zero_json;
+    options.extra_top_json = "";
+    const RunResult plain = run_engine(spec, options, comm);
+    options.extra_top_json = c.top_json;
+    const RunResult scaled = run_engine(spec, options, comm);
+    if (exact) {
+      EXPECT_TRUE(at::equal(scaled.parameters, plain.parameters));
+      EXPECT_EQ(scaled.norms, plain.norms);
+    } else {
+      EXPECT_LE(relative_error(scaled.parameters, plain.parameters), 1e-6);
+    }
+  }
+}
+
+// data_types.grad_accum_dtype "fp32" with bf16 parameters: every stage accumulates the
+// micro-steps' gradients in fp32 (stages 0-1 in their whole fp32 gradient buffer, 4 bytes per
+// parameter instead of 2; stages 2-3 in their fp32 shard, which they keep with accumulation
+// anyway). Stages 0 and 1 sum the same local fp32 accumulations: bitwise equal; stages 2 and
+// 3 reduce every micro-step (bitwise equal at up to 2 ranks, Equivalence says why); the two
+// pairs sum in different orders and agree within bf16 rounding.
+TEST(GradAccumDtype, Fp32AccumulationAtEveryStage) {
+  auto comm = world();
+  const ModelSpec spec = tiny_gpt2_spec();
+  RunOptions options;
+  options.dtype = "bf16";
+  options.gradient_accumulation_steps = 3;
+  const std::string fp32_reduction = "\"communication_data_type\": \"fp32\"";
+  const std::string fp32_accumulation =
+      fp32_reduction + ", \"data_types\": {\"grad_accum_dtype\": \"fp32\"}";
+  std::vector<RunResult> runs;
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    options.stage = stage;
+    options.extra_zero_json = stage == 3 ? kStage3Partitioned : "";
+    options.extra_top_json = fp32_accumulation;
+    runs.push_back(run_engine(spec, options, comm));
+  }
+  options.stage = 0;
+  options.extra_zero_json = "";
+  options.extra_top_json = fp32_reduction;
+  const RunResult bf16_accumulation = run_engine(spec, options, comm);
+  // The whole gradient buffer of stage 0 is fp32: twice the bf16 one.
+  EXPECT_EQ(runs[0].state_bytes.grads, 2 * bf16_accumulation.state_bytes.grads);
+  EXPECT_FALSE(at::equal(runs[0].parameters, bf16_accumulation.parameters))
+      << "fp32 accumulation changed nothing: the comparison would be vacuous";
+  EXPECT_LE(relative_error(runs[0].parameters, runs[2].parameters), 1e-2);
+  if (!comm->capabilities().deterministic_reduction) return;
+  EXPECT_TRUE(at::equal(runs[0].parameters, runs[1].parameters)) << "stage 0 vs 1";
+  if (comm->size() <= 2) {
+    EXPECT_TRUE(at::equal(runs[2].parameters, runs[3].parameters)) << "stage 2 vs 3";
+  }
+}
 }  // namespace
 }  // namespace zero::test

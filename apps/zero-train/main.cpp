@@ -56,6 +56,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -113,7 +114,27 @@ struct Options {
   int64_t save_every = 0;      // 0: no checkpoints
   std::string checkpoint_dir;  // "": RUN_DIR/checkpoints
   std::string resume;          // "": start fresh; "auto"; or a checkpoint directory
+  // What a Hugging Face-style config leaves to the trainer ("auto", no optimizer section):
+  // Note [Values left to the trainer] in src/config/trainer_fill.cpp. Each is "given" only when
+  // on the command line (a given value that contradicts the config's number is an error).
+  zero::TrainerValues trainer;
 };
+
+// The command-line names of the TrainingArguments zero-train takes, for messages.
+const std::map<std::string, std::string>& trainer_flag_names() {
+  static const std::map<std::string, std::string> names = {
+      {"per_device_train_batch_size", "--micro-batch"},
+      {"gradient_accumulation_steps", "--grad-accum"},
+      {"learning_rate", "--lr"},
+      {"weight_decay", "--weight-decay"},
+      {"adam_beta1", "--adam-beta1"},
+      {"adam_beta2", "--adam-beta2"},
+      {"adam_epsilon", "--adam-epsilon"},
+      {"max_grad_norm", "--max-grad-norm"},
+      {"warmup_steps", "--warmup-steps"},
+      {"max_steps", "--steps"}};
+  return names;
+}
 
 std::string checkpoint_dir(const Options& o) {
   return o.checkpoint_dir.empty() ? o.out + "/checkpoints" : o.checkpoint_dir;
@@ -233,6 +254,10 @@ CLI::Validator non_empty() {
       "");
 }
 
+// The micro-batch candidates when the config leaves it to zero-train and --micro-batch is not
+// given: the Hugging Face Trainer's default first, then smaller ones (the first that fits).
+constexpr int64_t kMicroBatchCandidates[] = {8, 4, 2, 1};
+
 // Everything that can fail because of the user's inputs, prepared on every rank.
 struct Inputs {
   zero::Config config;
@@ -242,10 +267,49 @@ struct Inputs {
   std::optional<zero::GPT2Decoder> decoder;
 };
 
+// The config, with what it leaves to the trainer filled from `o` (zero::TrainerValues). When
+// it leaves the micro-batch open and --micro-batch is not given, the largest candidate whose
+// plan fits `memory_per_rank` (90 %, as Note [Fitting the defaults]) is taken; the same on
+// every rank (the memory is the ranks' agreed share).
+zero::Config load_filled_config(const Options& o, const zero::gpt2::GPT2Config& model,
+                                int64_t seq, int world, int64_t memory_per_rank) {
+  zero::TrainerValues trainer = o.trainer;
+  trainer.total_steps = o.steps;
+  trainer.hidden_size = model.n_embd;
+  if (o.device == "cuda") {
+    // The GPUs zero trains on compute both 16-bit dtypes fast (tensor cores).
+    trainer.bf16_fast = true;
+    trainer.fp16_fast = true;
+  }
+  const bool fit = !trainer.micro_batch.given && o.device != "cuda" && memory_per_rank > 0;
+  if (fit) {
+    trainer.default_origins["per_device_train_batch_size"] =
+        "the largest of 8 (the Hugging Face Trainer's default), 4, 2, 1 whose plan fits this "
+        "machine's memory";
+  }
+  zero::Config config;
+  for (const int64_t micro_batch : kMicroBatchCandidates) {
+    trainer.micro_batch.value = micro_batch;
+    config = zero::load_config(o.config_path, world, trainer);
+    const bool filled = std::any_of(config.filled.begin(), config.filled.end(),
+                                    [](const zero::FilledValue& v) {
+                                      return v.key == "train_micro_batch_size_per_gpu" &&
+                                             v.origin.rfind("--micro-batch", 0) == 0;
+                                    });
+    if (!fit || !filled || micro_batch == 1) break;
+    zero::PlanModel plan_model = model.plan_model(micro_batch, seq, config.compute_dtype);
+    plan_model.process_baseline_bytes = std::max<int64_t>(0, zero::resident_bytes());
+    zero::Config fitted = config;
+    const int64_t budget = memory_per_rank / 10 * 9;
+    (void)zero::fit_defaults_to_memory(fitted, plan_model, budget);
+    if (zero::plan_memory(fitted, plan_model).peak_memory_bytes <= budget) break;
+  }
+  return config;
+}
+
 // `data`: the token files' prefix (o.data, or where its text was tokenized).
-Inputs prepare(const Options& o, const std::string& data, int world) {
+Inputs prepare(const Options& o, const std::string& data, int world, int64_t memory_per_rank) {
   Inputs in;
-  in.config = zero::load_config(o.config_path, world);
   in.model = zero::gpt2::GPT2Config::named(o.model);
   if (!o.init.empty()) {
     // The shape is --init's config.json's; a --model given too must be that shape.
@@ -262,6 +326,18 @@ Inputs prepare(const Options& o, const std::string& data, int world) {
     in.model = pretrained;
   }
   in.model.dropout = o.dropout;
+  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(in.model.n_positions, 256);
+  in.config = load_filled_config(o, in.model, seq, world, memory_per_rank);
+  // zero-train builds a stage-3 model partitioned as it is made (zero::ShardedInit), before
+  // the model-wide persistence cap could be known.
+  ZERO_CHECK(in.config.zero_optimization.stage != 3 ||
+                 in.config.zero_optimization.stage3_model_persistence_threshold ==
+                     std::numeric_limits<int64_t>::max(),
+             o.config_path, ": zero_optimization.stage3_model_persistence_threshold = ",
+             in.config.zero_optimization.stage3_model_persistence_threshold,
+             " is not supported by zero-train, which partitions a stage-3 model while it is "
+             "built (before the model-wide cap can be applied); allowed: the default (no cap); "
+             "stage3_param_persistence_threshold caps single parameters");
   // Activation checkpointing of the GPT-2 blocks: with --activation-checkpointing all of them
   // (or number_checkpoints), or the config's number_checkpoints first ones. A section that only
   // spells out DeepSpeed's defaults (number_checkpoints null) changes nothing, as in DeepSpeed,
@@ -312,6 +388,30 @@ double all_mean(zero::Communicator& comm, double value) {
   at::Tensor t = at::full({1}, value, at::kDouble);
   comm.all_reduce(t, zero::ReduceOp::kSum)->wait();
   return t.item<double>() / comm.size();
+}
+
+// The validation batches: --eval-batches micro-batches of the training micro-batch per rank,
+// or as many as the validation set holds; a set too small for one micro-batch on every rank
+// is evaluated in smaller ones. `note` says what was reduced and why ("" when nothing was).
+zero::EvalBatcher make_eval_batches(const zero::TokenFile& val, const Options& o,
+                                    int64_t micro_batch, int64_t seq, int rank, int world,
+                                    std::string& note) {
+  const int64_t windows = zero::num_windows(val.size(), seq);
+  ZERO_CHECK(windows >= world, "the validation tokens ", val.path(), " (", val.size(),
+             " tokens) hold ", windows, " sequences of --seq-len ", seq, ", fewer than one per "
+             "rank (", world, "); use a smaller --seq-len, or more validation data (--data, "
+             "--val-fraction)");
+  const int64_t batch = std::min(micro_batch, windows / world);
+  zero::EvalBatcher batches(val, batch, seq, rank, world, o.eval_batches);
+  if (batch < micro_batch || batches.num_batches() < o.eval_batches) {
+    std::ostringstream line;
+    line << "validation: " << batches.num_batches() << " batch(es) of " << batch
+         << " sequence(s) per rank (asked: --eval-batches " << o.eval_batches << " of the "
+         << "micro-batch " << micro_batch << "): " << val.path() << " holds " << windows
+         << " sequences of " << seq << " tokens for " << world << " rank(s)";
+    note = line.str();
+  }
+  return batches;
 }
 
 // Mean validation loss over `batches` windows per rank, averaged over ranks.
@@ -406,9 +506,11 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
     if (!ranks_agree_ok(*comm, error)) return 2;
     data = zero::text_data_prefix(o.data);
   }
+  // Collective: each rank's share of this host's memory (the plan is fitted to it).
+  const int64_t memory_per_rank = zero::memory_per_rank(*comm);
   Inputs in;
   try {
-    in = prepare(o, data, world);
+    in = prepare(o, data, world, memory_per_rank);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -419,12 +521,13 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   const int gas = static_cast<int>(config.gradient_accumulation_steps);
   std::optional<zero::DistributedSampler> train_sampler;
   std::optional<zero::EvalBatcher> val_batches;
+  std::string eval_note;
   error.clear();
   try {
     ZERO_CHECK(seq <= in.model.n_positions, "--seq-len ", seq, " exceeds the context of ", o.model,
                " (", in.model.n_positions, ")");
     train_sampler.emplace(*in.train, mbs, seq, rank, world, gas, config.seed);
-    val_batches.emplace(*in.val, mbs, seq, rank, world, o.eval_batches);
+    val_batches.emplace(make_eval_batches(*in.val, o, mbs, seq, rank, world, eval_note));
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -454,15 +557,15 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   // What this process holds before any of the model exists, so the plan is of what the
   // operating system sees (the start-up check compares it with MemAvailable): with the BLAS
   // library's retained scratch, which the step's GEMMs would add (a host model's; a GPU
-  // model's GEMMs run on the device).
-  if (!on_gpu) in.model.warm_up_host_gemms(mbs, seq, config.compute_dtype);
+  // model's GEMMs run on the device). --plan runs no step-sized GEMM (seconds with a large
+  // model or a slow 16-bit dtype): its baseline leaves that scratch out.
+  if (!on_gpu && !o.plan) in.model.warm_up_host_gemms(mbs, seq, config.compute_dtype);
   plan_model.process_baseline_bytes = std::max<int64_t>(0, zero::resident_bytes());
   // Note [Fitting the defaults]: knobs left at DeepSpeed's defaults that only trade speed for
   // memory, lowered when the plan would not fit (collective: every rank makes the same choice).
   // Fitted to 90 % of each rank's share: the plan is measured within a few percent of the
   // resident set (docs/benchmarks.md, "Memory plan against the resident set"), and the rest
   // leaves room for the page cache the swap files go through.
-  const int64_t memory_per_rank = zero::memory_per_rank(*comm);
   const std::string fitted = zero::fit_defaults_to_memory(
       config, plan_model, memory_per_rank > 0 ? memory_per_rank / 10 * 9 : memory_per_rank,
       target);
@@ -470,6 +573,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
   if (o.plan) {
     if (rank == 0) {
+      for (const std::string& line : zero::config_notices(config)) std::printf("%s\n", line.c_str());
+      if (!eval_note.empty()) std::printf("zero-train: %s\n", eval_note.c_str());
       std::printf("zero-train --plan: %s, %d rank(s)%s, micro-batch %lld x %lld tokens, %s "
                   "parameters, compute %s%s; per rank at the peak of a training step:\n\n%s",
                   o.model.c_str(), world, on_gpu ? " on GPUs" : "", static_cast<long long>(mbs),
@@ -487,6 +592,10 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
                     config.zero_optimization.stage, gib(plan.peak_memory_bytes));
       }
       if (!fitted.empty()) std::printf("with this machine's memory: %s\n", fitted.c_str());
+      if (!on_gpu) {
+        std::printf("(--plan runs no step-sized GEMM, so its process baseline leaves out the "
+                    "BLAS library's scratch a training run adds, typically tens of MiB)\n");
+      }
     }
     return 0;
   }
@@ -709,6 +818,7 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
       // Note [Topology]: where the ranks run, once.
       if (world > 1) progress.message("ranks: " + comm->topology().describe());
       if (!data_note.empty()) progress.message(data_note);
+      if (!eval_note.empty()) progress.message(eval_note);
       if (!init_note.empty()) progress.message(init_note);
       if (!fitted.empty()) progress.message(fitted);
       progress.message(estimate);
@@ -1153,6 +1263,36 @@ int main(int argc, char** argv) {
                  "from the checkpoint directory DIR (its latest), the checkpoint DIR, or the run "
                  "directory DIR (its checkpoints/)")
       ->check(non_empty());
+  // The trainer's values (zero::TrainerValues): they fill only what the config leaves open
+  // ("auto", or no optimizer section); defaults are the Hugging Face Trainer's.
+  zero::TrainerValues& t = o.trainer;
+  t.names = trainer_flag_names();
+  const std::string fills = " (fills \"auto\" ";
+  app.add_option("--micro-batch", t.micro_batch.value,
+                 "sequences per micro-batch and rank" + fills + "train_micro_batch_size_per_gpu; "
+                 "default: the largest of 8, 4, 2, 1 that fits memory)")
+      ->check(integer_in(1, 1 << 20, "a micro-batch"));
+  app.add_option("--grad-accum", t.gradient_accumulation.value,
+                 "micro-batches per optimizer step" + fills + "gradient_accumulation_steps)")
+      ->check(integer_in(1, 1 << 20, "accumulation steps"))->capture_default_str();
+  app.add_option("--lr", t.learning_rate.value,
+                 "learning rate" + fills + "optimizer.params.lr, scheduler.params.warmup_max_lr)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--weight-decay", t.weight_decay.value,
+                 "weight decay" + fills + "optimizer.params.weight_decay)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--adam-beta1", t.adam_beta1.value, "Adam's beta1" + fills + "betas)")
+      ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
+  app.add_option("--adam-beta2", t.adam_beta2.value, "Adam's beta2" + fills + "betas)")
+      ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
+  app.add_option("--adam-epsilon", t.adam_epsilon.value, "Adam's eps" + fills + "eps)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-grad-norm", t.max_grad_norm.value,
+                 "gradient clipping norm" + fills + "gradient_clipping)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup-steps", t.warmup_steps.value,
+                 "warm-up steps" + fills + "scheduler.params.warmup_num_steps)")
+      ->check(integer_at_least(0))->capture_default_str();
   zero::keep_freed_host_memory();
   std::shared_ptr<zero::Communicator> comm;
   try {
@@ -1165,6 +1305,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     o.model_given = app.count("--model") > 0;
+    t.micro_batch.given = app.count("--micro-batch") > 0;
+    t.gradient_accumulation.given = app.count("--grad-accum") > 0;
+    t.learning_rate.given = app.count("--lr") > 0;
+    t.weight_decay.given = app.count("--weight-decay") > 0;
+    t.adam_beta1.given = app.count("--adam-beta1") > 0;
+    t.adam_beta2.given = app.count("--adam-beta2") > 0;
+    t.adam_epsilon.given = app.count("--adam-epsilon") > 0;
+    t.max_grad_norm.given = app.count("--max-grad-norm") > 0;
+    t.warmup_steps.given = app.count("--warmup-steps") > 0;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) {  // --help
       if (comm->rank() == 0) return app.exit(e);

@@ -11,6 +11,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -229,6 +230,62 @@ struct ZERO_API TensorBoardConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+/// A value the config left open ("auto", or no optimizer section) and what it became: filled
+/// from the trainer's values (TrainerValues) or, without a trainer, DeepSpeed's default or the
+/// batch solver's result (Note [Values left to the trainer] in src/config/trainer_fill.cpp).
+struct ZERO_API FilledValue {
+  std::string key;     // "optimizer.params.lr"
+  std::string value;   // as JSON: "5e-05"
+  std::string origin;  // "--lr", "the Hugging Face Trainer's default", "DeepSpeed's default"
+};
+
+/// What a trainer fills into a config written for the Hugging Face Trainer: the keys it sets
+/// to "auto" (the HF integration's list: batch sizes, learning rate, Adam's betas, eps and
+/// weight decay, gradient_clipping, the scheduler's warm-up and length, fp16/bf16 enabled, the
+/// bucket and persistence sizes) and the optimizer when the config has no optimizer section
+/// (AdamW, as the HF Trainer makes). Each value's default is the HF Trainer's
+/// (TrainingArguments); `given` marks a value the user set, and a given value that contradicts
+/// a number the config sets is an error, as in the HF integration ("mismatch").
+struct ZERO_API TrainerValues {
+  template <typename T>
+  struct Value {
+    T value;
+    bool given = false;  // set by the user, not a default
+    void set(T v) {
+      value = v;
+      given = true;
+    }
+  };
+  Value<int64_t> micro_batch{8};            // per_device_train_batch_size
+  Value<int64_t> gradient_accumulation{1};  // gradient_accumulation_steps
+  Value<double> learning_rate{5e-5};        // learning_rate
+  Value<double> weight_decay{0.0};          // weight_decay
+  Value<double> adam_beta1{0.9};            // adam_beta1
+  Value<double> adam_beta2{0.999};          // adam_beta2
+  Value<double> adam_epsilon{1e-8};         // adam_epsilon
+  Value<double> max_grad_norm{1.0};         // max_grad_norm -> gradient_clipping
+  Value<int64_t> warmup_steps{0};           // warmup_steps
+  /// The optimizer steps of the run (max_steps -> scheduler.params.total_num_steps); no
+  /// default: an "auto" total_num_steps without it stays unset (an error for the schedules that
+  /// need it).
+  std::optional<int64_t> total_steps;
+  /// The model's width (hidden_size): "auto" bucket sizes are made from it as the HF
+  /// integration does (reduce_bucket_size h^2; stage 3: stage3_prefetch_bucket_size 0.9 h^2,
+  /// stage3_param_persistence_threshold 10 h). Unset: they take DeepSpeed's defaults.
+  std::optional<int64_t> hidden_size;
+  /// Whether the device computes bf16 / fp16 GEMMs fast: "auto" fp16/bf16 sections are enabled
+  /// where it does (bf16 first: it needs no loss scaling). Unset: measured on this CPU
+  /// (zero/gemm_rates.h), as compute_data_type "auto" decides.
+  std::optional<bool> bf16_fast;
+  std::optional<bool> fp16_fast;
+  /// How the values are named in messages, by their TrainingArguments name ("learning_rate"
+  /// -> "--lr"); unlisted names are shown as they are.
+  std::map<std::string, std::string> names;
+  /// Where a default comes from, by TrainingArguments name, when not the HF Trainer's default
+  /// (zero-train: "per_device_train_batch_size" -> "the largest of 8, 4, 2, 1 that fits").
+  std::map<std::string, std::string> default_origins;
+};
+
 /// A whole configuration. parse_config / load_config make one from DeepSpeed JSON; one built in
 /// code starts from these defaults (the parser's: every default is written here once), a valid
 /// fp32 stage-0 config at world size 1, and zero::initialize checks it with validate_config.
@@ -274,6 +331,24 @@ struct ZERO_API Config {
   CsvMonitorConfig csv_monitor;
   TensorBoardConfig tensorboard;
 
+  /// prescale_gradients / gradient_predivide_factor (DeepSpeed's): gradients are multiplied
+  /// by pre_reduction_multiplier() before they are summed over ranks, and the rest of the
+  /// average after (Note [Gradient scaling] in src/engine/engine_core.cpp). Honoured where
+  /// DeepSpeed honours them: everywhere but stages 1-2 with reduce_scatter (refused there).
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  /// data_types.grad_accum_dtype: the dtype gradients accumulate in over micro-steps; nullopt
+  /// (null, DeepSpeed's default) keeps kept_gradient_dtype's rule. kFloat with 16-bit
+  /// parameters accumulates in fp32 at every stage.
+  std::optional<c10::ScalarType> grad_accum_dtype;
+
+  /// What "auto" values (and a missing optimizer section) became, in key order
+  /// (config_notices prints them).
+  std::vector<FilledValue> filled;
+  /// One line each about keys accepted that change nothing in zero, unknown keys ignored and
+  /// spellings mapped to current ones (config_notices prints them).
+  std::vector<std::string> notes;
+
   /// The effective configuration as canonical JSON (every key, defaults filled in, sorted).
   /// Ranks compare its fingerprint at start-up.
   std::string effective_json;
@@ -285,6 +360,12 @@ struct ZERO_API Config {
 /// batch triple is solved against. `source` names the text in error messages.
 ZERO_API Config parse_config(const std::string& json_text, int world_size,
                     const std::string& source = "<string>");
+/// As parse_config, acting as the trainer a Hugging Face-style config was written for: its
+/// "auto" values and a missing optimizer section are filled from `trainer` (TrainerValues).
+/// Without it, "auto" means DeepSpeed's default (or the batch solver's result) and the
+/// optimizer section is required; either way Config::filled lists what "auto" became.
+ZERO_API Config parse_config(const std::string& json_text, int world_size,
+                             const std::string& source, const TrainerValues& trainer);
 
 /// Checks a Config built or changed in code with exactly the parser's rules and messages (it
 /// is written out as DeepSpeed JSON, effective_json's form, and parsed again: one validator).
@@ -302,12 +383,23 @@ ZERO_API std::vector<std::string> effective_config_lines(const Config& config);
 
 /// Reads and parses a JSON file; a missing or unreadable file throws zero::Error naming it.
 ZERO_API Config load_config(const std::string& path, int world_size);
+ZERO_API Config load_config(const std::string& path, int world_size, const TrainerValues& trainer);
+
+/// The lines a program prints once at start-up about its config: what "auto" values became
+/// and where from (one line), then Config::notes. zero::initialize prints them on rank 0.
+ZERO_API std::vector<std::string> config_notices(const Config& config);
+
+/// What gradients are multiplied by before they are summed over ranks: 1 / world_size with
+/// prescale_gradients, else 1 / gradient_predivide_factor (DeepSpeed's engine); the step
+/// divides the sum by world_size * loss scale * this.
+ZERO_API double pre_reduction_multiplier(const Config& config);
 
 /// The dtype of the gradients a rank keeps between micro-steps: at stages 0 and 1 the full
 /// gradient buffer, in the parameter dtype; at stages 2 and 3 its reduced gradient shard, in
 /// fp32 when gradients accumulate over micro-steps or are communicated in fp32, else as
 /// communicated (2/N bytes per parameter with 16-bit communication: the ZeRO paper's
-/// accounting). The engines and every memory figure use this one rule.
+/// accounting). data_types.grad_accum_dtype "fp32" makes it fp32 at every stage. The engines
+/// and every memory figure use this one rule.
 ZERO_API c10::ScalarType kept_gradient_dtype(const Config& config);
 
 /// "fp32", "bf16", "fp16" (the names DeepSpeed's communication_data_type uses); any other

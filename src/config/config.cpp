@@ -14,6 +14,7 @@
 #include "common/dtype_names.h"
 #include "config/keys.h"
 #include "config/reader.h"
+#include "config/trainer_fill.h"
 #include "zero/error.h"
 #include "zero/gemm_rates.h"
 
@@ -131,6 +132,13 @@ void parse_batch(const ObjectView& top, int world_size, Config& config) {
         "one of train_batch_size or train_micro_batch_size_per_gpu is required (neither is "
         "given";
     if (gas) message += "; gradient_accumulation_steps " + t(*gas) + " alone does not determine the batch";
+    const Json* tbs_raw = top.raw("train_batch_size");
+    const Json* mbs_raw = top.raw("train_micro_batch_size_per_gpu");
+    if ((tbs_raw != nullptr && config_detail::is_auto(*tbs_raw)) ||
+        (mbs_raw != nullptr && config_detail::is_auto(*mbs_raw))) {
+      message += "; \"auto\" is filled by a trainer: zero-train --micro-batch, or "
+                 "parse_config with TrainerValues";
+    }
     fail(source, message + ")");
   }
   ZERO_INTERNAL_ASSERT(train_batch > 0 && micro_batch > 0 && accumulation > 0 &&
@@ -143,7 +151,8 @@ void parse_batch(const ObjectView& top, int world_size, Config& config) {
 
 // ---- optimizer ----------------------------------------------------------------------------
 
-void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfig& optimizer) {
+void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfig& optimizer,
+                       std::vector<std::string>& notes) {
   optimizer.lr = params.get_number("lr", OptimizerConfig{}.lr, non_negative, "a number >= 0");
   if (const Json* betas = params.given("betas")) {
     const char* expected = "an array [beta1, beta2] of two numbers, each in [0, 1)";
@@ -171,11 +180,12 @@ void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfi
   }
   optimizer.type = (adamw_type || adam_w_mode) ? OptimizerType::kAdamW : OptimizerType::kAdam;
   for (const DefaultOnlyKey& spec : config_detail::adam_params_default_only()) {
-    check_default_only(params, spec);
+    check_default_only(params, spec, notes);
   }
 }
 
-void parse_sgd_params(const ObjectView& params, OptimizerConfig& optimizer) {
+void parse_sgd_params(const ObjectView& params, OptimizerConfig& optimizer,
+                      std::vector<std::string>& notes) {
   optimizer.type = OptimizerType::kSGD;
   if (params.given("lr") == nullptr) {
     std::string message = params.key_path("lr") +
@@ -201,7 +211,7 @@ void parse_sgd_params(const ObjectView& params, OptimizerConfig& optimizer) {
                               show(Json(optimizer.dampening)) + ")");
   }
   for (const DefaultOnlyKey& spec : config_detail::sgd_params_default_only()) {
-    check_default_only(params, spec);
+    check_default_only(params, spec, notes);
   }
 }
 
@@ -212,13 +222,15 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     fail(source,
          "the 'optimizer' section is required: zero builds the optimizer from the config and "
          "takes no client optimizer; e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": "
-         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD)");
+         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD). A trainer makes the Hugging Face "
+         "Trainer's AdamW when it is missing: zero-train does, and parse_config with "
+         "TrainerValues");
   }
   ObjectView optimizer(*section, "optimizer", source);
   optimizer.check_keys(config_detail::optimizer_keys());
   static const DefaultOnlyKey kLegacyFusion = {"legacy_fusion", DefaultOnlyKey::Kind::kValue,
                                                "false", nullptr, nullptr};
-  check_default_only(optimizer, kLegacyFusion);
+  check_default_only(optimizer, kLegacyFusion, config.notes);
 
   const Json* type_json = optimizer.raw("type");
   if (type_json == nullptr || type_json->is_null()) {
@@ -228,9 +240,14 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     optimizer.invalid("type", *type_json, "a string: Adam, AdamW or SGD (case-insensitive)");
   }
   const std::string type = lower(type_json->get<std::string>());
-  static const std::vector<std::string> kNotYet = {
-      "lamb", "onebitadam", "zerooneadam", "onebitlamb", "adagrad", "lion", "muadam", "muadamw",
-      "musgd"};
+  static const std::vector<std::string> kNotYet = {"lamb",   "adagrad", "lion",
+                                                   "muadam", "muadamw", "musgd"};
+  static const std::vector<std::string> kOneBit = {"onebitadam", "zerooneadam", "onebitlamb"};
+  if (std::find(kOneBit.begin(), kOneBit.end(), type) != kOneBit.end()) {
+    fail(source, "optimizer.type = " + show(*type_json) +
+                     ": zero does not have DeepSpeed's 1-bit optimizers (compressed "
+                     "communication); use Adam, AdamW or SGD");
+  }
   if (type != "adam" && type != "adamw" && type != "sgd") {
     if (std::find(kNotYet.begin(), kNotYet.end(), type) != kNotYet.end()) {
       optimizer.not_supported("type", *type_json,
@@ -258,11 +275,11 @@ void parse_optimizer(const ObjectView& top, Config& config) {
   if (type == "sgd") {
     params.check_keys(all_keys(config_detail::sgd_params_implemented_keys(),
                                config_detail::sgd_params_default_only()));
-    parse_sgd_params(params, result);
+    parse_sgd_params(params, result, config.notes);
   } else {
     params.check_keys(all_keys(config_detail::adam_params_implemented_keys(),
                                config_detail::adam_params_default_only()));
-    parse_adam_params(params, type == "adamw", result);
+    parse_adam_params(params, type == "adamw", result, config.notes);
   }
   config.optimizer = result;
 }
@@ -277,7 +294,8 @@ bool parse_fp16(const ObjectView& top, Config& config) {
   fp16.check_keys(config_detail::fp16_keys());
   const bool enabled = fp16.get_bool("enabled", false);
   if (fp16.get_bool("auto_cast", false)) {
-    fp16.not_supported("auto_cast", true, "only false is accepted (zero does not autocast)");
+    fail(top.source(), "fp16.auto_cast = true: zero does not have autocast (fp16 compute from "
+                       "fp32 parameters); remove it, or set it false to train fp16 parameters");
   }
   if (fp16.get_bool("fp16_master_weights_and_grads", false)) {
     fp16.not_supported("fp16_master_weights_and_grads", true,
@@ -303,7 +321,7 @@ bool parse_fp16(const ObjectView& top, Config& config) {
 }
 
 // Returns bf16.enabled (or bfloat16.enabled).
-bool parse_bf16(const ObjectView& top) {
+bool parse_bf16(const ObjectView& top, std::vector<std::string>& notes) {
   if (top.raw("bf16") != nullptr && top.raw("bfloat16") != nullptr) {
     fail(top.source(), "both 'bf16' and its alias 'bfloat16' are given; keep one of them");
   }
@@ -311,7 +329,17 @@ bool parse_bf16(const ObjectView& top) {
   const Json* section = top.given(name);
   if (section == nullptr) return false;
   ObjectView bf16(*section, name, top.source());
-  bf16.check_keys(config_detail::bf16_keys());
+  // fp16's loss-scale keys, copied into bf16 sections by many configs, have no effect there.
+  std::vector<std::string> known = config_detail::bf16_keys();
+  const std::vector<std::string>& loss_scale = config_detail::loss_scale_keys();
+  known.insert(known.end(), loss_scale.begin(), loss_scale.end());
+  bf16.check_keys(known);
+  for (const std::string& key : loss_scale) {
+    if (bf16.raw(key) != nullptr) {
+      notes.push_back(bf16.key_path(key) + " ignored: it is an fp16 key, and bf16 has no loss "
+                      "scaling");
+    }
+  }
   const bool enabled = bf16.get_bool("enabled", false);
   if (bf16.get_bool("immediate_grad_update", false)) {
     bf16.not_supported("immediate_grad_update", true, "only false is accepted");
@@ -322,7 +350,7 @@ bool parse_bf16(const ObjectView& top) {
 // Returns whether communication_data_type was given (not null / absent / "auto").
 bool parse_precision(const ObjectView& top, Config& config) {
   const bool fp16 = parse_fp16(top, config);
-  const bool bf16 = parse_bf16(top);
+  const bool bf16 = parse_bf16(top, config.notes);
   if (fp16 && bf16) {
     fail(top.source(),
          "fp16.enabled and bf16.enabled are both true; enable at most one (DeepSpeed asserts "
@@ -454,7 +482,8 @@ std::string stage3_name(const ObjectView& view, const Stage3Key& key) {
 // Stage-3 keys (DeepSpeedZeroConfig, DeepSpeed 0.16.5). Sizes are element counts, integers
 // >= 0 as in DeepSpeed (ge=0). Accepted at every stage; stages 0-2 do not use them (DeepSpeed
 // ignores them there too).
-void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
+void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero,
+                  std::vector<std::string>& notes) {
   auto count = [&](const Stage3Key& key, int64_t fallback, const char* expected) {
     return view.get_integer(stage3_name(view, key), fallback, 0, kInt64Max, expected);
   };
@@ -484,9 +513,18 @@ void parse_stage3(const ObjectView& view, ZeroOptimizationConfig& zero) {
   zero.stage3_gather_16bit_weights_on_model_save =
       view.get_bool(stage3_name(view, kGather16bitWeights),
                     defaults.stage3_gather_16bit_weights_on_model_save);
-  zero.sub_group_size = view.get_integer("sub_group_size", defaults.sub_group_size, 1, kInt64Max,
-                                         "an integer number of elements >= 1 (e.g. 1e9)");
+  zero.sub_group_size = view.get_integer("sub_group_size", defaults.sub_group_size, 0, kInt64Max,
+                                         "an integer number of elements >= 0 (e.g. 1e9)");
   zero.sub_group_size_given = view.given("sub_group_size") != nullptr;
+  if (zero.sub_group_size == 0) {
+    // DeepSpeed steps one parameter per sub-group then. zero's step tiles never change a
+    // result, so the default is kept (and lowered to fit memory, as when unset).
+    zero.sub_group_size = defaults.sub_group_size;
+    zero.sub_group_size_given = false;
+    notes.push_back("zero_optimization.sub_group_size = 0 (in DeepSpeed: a sub-group per "
+                    "parameter) changes nothing in zero's results; the default 1e9 is kept, "
+                    "lowered to fit memory when needed");
+  }
 }
 
 // ZeRO++'s keys (Note [ZeRO++] in src/engine/stage3_engine.cpp). Stage 3 only: DeepSpeed
@@ -644,23 +682,71 @@ void parse_activation_checkpointing(const ObjectView& top, Config& config) {
   }
   out.cpu_checkpointing = section.get_bool("cpu_checkpointing", false);
   out.profile = section.get_bool("profile", false);
-  const char* const model_parallel =
-      "only false: it partitions checkpointed activations across model-parallel ranks, and "
-      "zero has no model parallelism";
-  if (section.get_bool("partition_activations", false)) {
-    section.not_supported("partition_activations", true, model_parallel);
+  // Keys of DeepSpeed's model-parallel activation checkpointing: without model parallelism
+  // (zero has none; DeepSpeed with one model-parallel rank alike) they change nothing.
+  struct NoEffect {
+    const char* key;
+    const char* why;
+  };
+  for (const NoEffect& option :
+       {NoEffect{"partition_activations",
+                 "it partitions checkpointed activations across model-parallel ranks, and zero "
+                 "has no model parallelism"},
+        NoEffect{"contiguous_memory_optimization",
+                 "it packs the model-parallel partitions of partition_activations into one "
+                 "buffer, and zero has no model parallelism"},
+        NoEffect{"synchronize_checkpoint_boundary",
+                 "it synchronizes the CUDA device around DeepSpeed's model-parallel "
+                 "checkpointed calls; use profile for timings"}}) {
+    if (section.get_bool(option.key, false)) {
+      config.notes.push_back(section.key_path(option.key) + " = true changes nothing in zero: " +
+                             option.why);
+    }
   }
-  if (section.get_bool("contiguous_memory_optimization", false)) {
-    section.not_supported("contiguous_memory_optimization", true,
-                          "only false: it packs the model-parallel partitions of "
-                          "partition_activations into one buffer, and zero has no model "
-                          "parallelism");
+}
+
+// DeepSpeed's deprecated spellings (zero/config.py): cpu_offload -> offload_optimizer.device
+// "cpu", cpu_offload_param -> offload_param.device "cpu", cpu_offload_use_pin_memory -> their
+// pin_memory. Mapped with a note; giving a key under both spellings is an error, as in
+// DeepSpeed.
+void parse_cpu_offload(const ObjectView& view, ZeroOptimizationConfig& zero,
+                       std::vector<std::string>& notes) {
+  struct Old {
+    const char* key;
+    const char* section;
+    OffloadConfig* offload;
+    int min_stage;
+  };
+  bool any = false;
+  for (const Old& old : {Old{"cpu_offload", "offload_optimizer", &zero.offload_optimizer, 1},
+                         Old{"cpu_offload_param", "offload_param", &zero.offload_param, 3}}) {
+    const std::optional<bool> on = view.get_optional_bool(old.key);
+    if (!on || !*on) continue;
+    any = true;
+    if (view.given(old.section) != nullptr && !view.given(old.section)->is_null()) {
+      fail(view.source(), "both '" + view.key_path(old.key) + "' (DeepSpeed's deprecated " +
+                              "spelling) and '" + view.key_path(old.section) +
+                              "' are given; keep " + old.section);
+    }
+    if (zero.stage < old.min_stage) {
+      fail(view.source(), view.key_path(old.key) + " = true needs zero_optimization.stage " +
+                              std::to_string(old.min_stage) + " or higher (got " +
+                              std::to_string(zero.stage) + ")");
+    }
+    old.offload->device = OffloadDevice::kCpu;
+    notes.push_back(view.key_path(old.key) + " = true is DeepSpeed's deprecated spelling of " +
+                    view.key_path(old.section) + ".device \"cpu\": taken as that");
   }
-  if (section.get_bool("synchronize_checkpoint_boundary", false)) {
-    section.not_supported("synchronize_checkpoint_boundary", true,
-                          "only false: it synchronizes the CUDA device around each "
-                          "checkpointed call of DeepSpeed's model-parallel checkpointing; use "
-                          "profile for timings");
+  const std::optional<bool> pin = view.get_optional_bool("cpu_offload_use_pin_memory");
+  if (pin && *pin) {
+    if (!any) {
+      fail(view.source(), view.key_path("cpu_offload_use_pin_memory") +
+                              " = true needs cpu_offload or cpu_offload_param true (it is their "
+                              "pin_memory)");
+    }
+    for (OffloadConfig* offload : {&zero.offload_optimizer, &zero.offload_param}) {
+      if (offload->device == OffloadDevice::kCpu) offload->pin_memory = true;
+    }
   }
 }
 
@@ -703,8 +789,11 @@ void parse_zero(const ObjectView& top, Config& config) {
   zero.stage = static_cast<int>(stage);
   const char* bucket = "an integer number of elements > 0 (e.g. 5e8)";
   const ZeroOptimizationConfig defaults;
-  zero.reduce_bucket_size =
-      view.get_integer("reduce_bucket_size", defaults.reduce_bucket_size, 1, kInt64Max, bucket);
+  // 0 is DeepSpeed's "each gradient alone" (its buckets flush before every gradient): 1 here.
+  zero.reduce_bucket_size = view.get_integer("reduce_bucket_size", defaults.reduce_bucket_size, 0,
+                                             kInt64Max, "an integer number of elements >= 0 (e.g. 5e8)");
+  const bool reduce_bucket_zero = zero.reduce_bucket_size == 0;
+  if (reduce_bucket_zero) zero.reduce_bucket_size = 1;
   zero.reduce_bucket_size_given = view.given("reduce_bucket_size") != nullptr;
   zero.allgather_bucket_size = view.get_integer("allgather_bucket_size",
                                                 defaults.allgather_bucket_size, 1, kInt64Max, bucket);
@@ -718,13 +807,97 @@ void parse_zero(const ObjectView& top, Config& config) {
                        "only true (all-gather) is accepted; the broadcast variant is not "
                        "implemented");
   }
-  parse_stage3(view, zero);
+  parse_stage3(view, zero, config.notes);
   parse_zeropp(view, zero);
   parse_offload(view, zero.stage, OffloadSection::kOptimizer, zero.offload_optimizer);
   parse_offload(view, zero.stage, OffloadSection::kParam, zero.offload_param);
+  parse_cpu_offload(view, zero, config.notes);
   for (const DefaultOnlyKey& spec : config_detail::zero_default_only()) {
-    check_default_only(view, spec);
+    check_default_only(view, spec, config.notes);
   }
+  if (zero.stage == 3) {
+    // Options of DeepSpeed's stage-3 gradient path that change nothing in zero's (each unit's
+    // gradients are copied into one buffer and reduce-scattered together).
+    if (!zero.contiguous_gradients) {
+      config.notes.push_back(
+          "zero_optimization.contiguous_gradients = false changes nothing at stage 3 in zero: "
+          "each unit's gradients are always copied into one buffer and reduce-scattered "
+          "together (DeepSpeed's false only skips a copy)");
+      zero.contiguous_gradients = true;
+    }
+    if (!zero.reduce_scatter) {
+      config.notes.push_back(
+          "zero_optimization.reduce_scatter = false changes nothing at stage 3: gradients are "
+          "always reduce-scattered there (as in DeepSpeed)");
+      zero.reduce_scatter = true;
+    }
+  }
+  if (reduce_bucket_zero) {
+    config.notes.push_back(
+        zero.stage == 3 ? "zero_optimization.reduce_bucket_size = 0 changes nothing at stage 3: "
+                          "gradients are reduced a unit at a time"
+                        : "zero_optimization.reduce_bucket_size = 0: each gradient is reduced on "
+                          "its own (as in DeepSpeed)");
+  }
+}
+
+// prescale_gradients / gradient_predivide_factor, where DeepSpeed honours them (engine.py
+// allreduce_bucket at stage 0, stage_1_and_2.py without reduce_scatter, stage3.py): Note
+// [Gradient scaling] in src/engine/engine_core.cpp. Needs the stage (parse_zero).
+void parse_gradient_scaling(const ObjectView& top, Config& config) {
+  config.prescale_gradients = top.get_bool("prescale_gradients", false);
+  config.gradient_predivide_factor =
+      top.get_number("gradient_predivide_factor", 1.0, positive, "a number > 0");
+  const ZeroOptimizationConfig& zero = config.zero_optimization;
+  const bool predivide = config.gradient_predivide_factor != 1.0;
+  if ((zero.stage == 1 || zero.stage == 2) && zero.reduce_scatter &&
+      (config.prescale_gradients || predivide)) {
+    const std::string key = config.prescale_gradients ? "prescale_gradients" : "gradient_predivide_factor";
+    fail(top.source(), key + " = " + show(*top.raw(key)) + " at zero_optimization.stage " +
+                           std::to_string(zero.stage) + " with reduce_scatter true (its default) " +
+                           "is refused, as DeepSpeed's stage 1-2 optimizer asserts it: that "
+                           "path divides after reducing. Set zero_optimization.reduce_scatter "
+                           "false (all-reduce) to honour it, or remove it");
+  }
+  if (config.prescale_gradients && predivide) {
+    config.notes.push_back("gradient_predivide_factor = " + show(*top.raw("gradient_predivide_factor")) +
+                           " has no effect with prescale_gradients true: gradients are divided "
+                           "by the world size before they are reduced (as in DeepSpeed)");
+  }
+}
+
+// data_types.grad_accum_dtype (DeepSpeed's DtypeEnum names). "fp32" accumulates in fp32 at every
+// stage (kept_gradient_dtype); the dtype zero accumulates in anyway is accepted; any other is
+// refused naming what zero keeps. Needs the batch, precision and stage.
+void parse_data_types(const ObjectView& top, Config& config) {
+  const Json* given = top.given("data_types");
+  if (given == nullptr || given->is_null()) return;
+  ObjectView section(*given, "data_types", top.source());
+  section.check_keys({"grad_accum_dtype"});
+  const char* expected = "\"fp32\", \"fp16\", \"bf16\" (or DeepSpeed's other names of them), or null";
+  const std::optional<std::string> name = section.get_optional_string("grad_accum_dtype", expected);
+  if (!name) return;
+  const std::string value = lower(*name);
+  c10::ScalarType dtype;
+  if (value == "fp32" || value == "float32" || value == "float") {
+    dtype = c10::ScalarType::Float;
+  } else if (value == "fp16" || value == "float16" || value == "half") {
+    dtype = c10::ScalarType::Half;
+  } else if (value == "bf16" || value == "bfloat16") {
+    dtype = c10::ScalarType::BFloat16;
+  } else {
+    section.invalid("grad_accum_dtype", *section.raw("grad_accum_dtype"), expected);
+  }
+  const c10::ScalarType kept = kept_gradient_dtype(config);
+  if (dtype != c10::ScalarType::Float && dtype != kept) {
+    fail(top.source(), "data_types.grad_accum_dtype = " + show(*section.raw("grad_accum_dtype")) +
+                           " is not supported with " + dtype_name(config.param_dtype) +
+                           " parameters at zero_optimization.stage " +
+                           std::to_string(config.zero_optimization.stage) +
+                           ": zero accumulates gradients in " + dtype_name(kept) +
+                           " there; allowed: \"fp32\", \"" + dtype_name(kept) + "\" or null");
+  }
+  config.grad_accum_dtype = dtype;
 }
 
 // ---- scheduler ----------------------------------------------------------------------------
@@ -823,7 +996,7 @@ void parse_scheduler(const ObjectView& top, Config& config) {
   static const DefaultOnlyKey kLastBatchIteration = {
       "last_batch_iteration", DefaultOnlyKey::Kind::kValue, "-1", nullptr,
       "resuming a schedule is done by the engine, not by this key"};
-  check_default_only(params, kLastBatchIteration);
+  check_default_only(params, kLastBatchIteration, config.notes);
 
   const SchedulerConfig defaults;
   result.warmup_num_steps = params.get_integer("warmup_num_steps", defaults.warmup_num_steps, 1, kInt64Max,
@@ -1043,6 +1216,11 @@ std::string effective_json(const Config& config) {
   }
   root["steps_per_print"] =
       config.steps_per_print ? Json(*config.steps_per_print) : Json(nullptr);
+  root["prescale_gradients"] = config.prescale_gradients;
+  root["gradient_predivide_factor"] = config.gradient_predivide_factor;
+  root["data_types"] = {{"grad_accum_dtype", config.grad_accum_dtype
+                                                 ? Json(dtype_name(*config.grad_accum_dtype))
+                                                 : Json(nullptr)}};
   root["wall_clock_breakdown"] = config.wall_clock_breakdown;
   root["seed"] = config.seed;
   root["csv_monitor"] = {{"enabled", config.csv_monitor.enabled},
@@ -1056,14 +1234,15 @@ std::string effective_json(const Config& config) {
 
 }  // namespace
 
-Config parse_config(const std::string& json_text, int world_size, const std::string& source) {
-  ZERO_CHECK(world_size >= 1, source, ": world_size must be >= 1 (got ", world_size, ")");
-  const Json root = config_detail::parse_json_text(json_text, source);
-  const ObjectView top(root, "", source);
-  top.check_keys(all_keys(config_detail::top_level_implemented_keys(),
-                          config_detail::top_level_default_only()));
+namespace {
 
+// The parse proper, of a config whose "auto" values a trainer may have filled (parse_text).
+Config parse_root(const Json& root, int world_size, const std::string& source) {
+  const ObjectView top(root, "", source);
   Config config;
+  top.check_keys_ignoring_extras(all_keys(config_detail::top_level_implemented_keys(),
+                                          config_detail::top_level_default_only()),
+                                 config.notes);
   config.source = source;
   config.world_size = world_size;
   parse_batch(top, world_size, config);
@@ -1073,15 +1252,66 @@ Config parse_config(const std::string& json_text, int world_size, const std::str
   const bool communication_given = parse_precision(top, config);
   parse_zero(top, config);
   parse_compute_dtype(top, config, communication_given);
+  parse_gradient_scaling(top, config);
+  parse_data_types(top, config);
   parse_scheduler(top, config);
   parse_training_extras(top, config);
   parse_aio(top, config);
   parse_activation_checkpointing(top, config);
   for (const DefaultOnlyKey& spec : config_detail::top_level_default_only()) {
-    check_default_only(top, spec);
+    check_default_only(top, spec, config.notes);
   }
   config.effective_json = effective_json(config);
   return config;
+}
+
+// Note [Values left to the trainer] in trainer_fill.cpp: what "auto" (and, with a trainer, a
+// missing optimizer section) becomes, recorded in Config::filled.
+Config parse_text(const std::string& json_text, int world_size, const std::string& source,
+                  const TrainerValues* trainer) {
+  ZERO_CHECK(world_size >= 1, source, ": world_size must be >= 1 (got ", world_size, ")");
+  Json root = config_detail::parse_json_text(json_text, source);
+  (void)ObjectView(root, "", source);  // a JSON object, or the error that says it is not
+  const std::vector<std::string> autos = config_detail::auto_paths(root);
+  std::vector<FilledValue> filled;
+  if (trainer != nullptr) {
+    filled = config_detail::fill_from_trainer(root, *trainer, world_size, source);
+  }
+  Config config = parse_root(root, world_size, source);
+  if (trainer != nullptr) {
+    config_detail::check_trainer_batch(config, *trainer);
+    // Sizes the trainer made from the model's width are not the user's: Note [Fitting the
+    // defaults] may lower them to fit memory, as DeepSpeed's defaults.
+    ZeroOptimizationConfig& zero = config.zero_optimization;
+    for (const FilledValue& value : filled) {
+      if (value.key == "zero_optimization.reduce_bucket_size") zero.reduce_bucket_size_given = false;
+      if (value.key == "zero_optimization.stage3_prefetch_bucket_size" ||
+          value.key == "zero_optimization.prefetch_bucket_size") {
+        zero.stage3_prefetch_bucket_size_given = false;
+      }
+    }
+    if (!config.scheduler) {
+      char lr[32];
+      std::snprintf(lr, sizeof(lr), "%g", config.optimizer.lr);
+      config.notes.push_back(std::string("no scheduler section: the learning rate stays ") + lr +
+                             " (DeepSpeed's meaning; the Hugging Face Trainer would add its own "
+                             "linear decay: add a WarmupDecayLR section for one)");
+    }
+  }
+  config_detail::record_left_open(autos, config.effective_json, filled);
+  config.filled = std::move(filled);
+  return config;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& json_text, int world_size, const std::string& source) {
+  return parse_text(json_text, world_size, source, nullptr);
+}
+
+Config parse_config(const std::string& json_text, int world_size, const std::string& source,
+                    const TrainerValues& trainer) {
+  return parse_text(json_text, world_size, source, &trainer);
 }
 
 void refresh_effective_json(Config& config) { config.effective_json = effective_json(config); }
@@ -1101,6 +1331,11 @@ void validate_config(const Config& config) {
 Config load_config(const std::string& path, int world_size) {
   const std::string text = read_regular_file(path, "config file", kMaxConfigBytes);
   return parse_config(text, world_size, path);
+}
+
+Config load_config(const std::string& path, int world_size, const TrainerValues& trainer) {
+  const std::string text = read_regular_file(path, "config file", kMaxConfigBytes);
+  return parse_config(text, world_size, path, trainer);
 }
 
 }  // namespace zero
@@ -1133,11 +1368,34 @@ std::string compute_dtype_notice(const Config& config) {
 }
 
 c10::ScalarType kept_gradient_dtype(const Config& config) {
+  if (config.grad_accum_dtype == c10::ScalarType::Float) return c10::ScalarType::Float;
   if (config.zero_optimization.stage < 2) return config.param_dtype;
   if (config.gradient_accumulation_steps > 1 || config.communication_dtype == at::kFloat) {
     return at::kFloat;
   }
   return config.communication_dtype;
+}
+
+double pre_reduction_multiplier(const Config& config) {
+  if (config.prescale_gradients) return 1.0 / config.world_size;
+  return 1.0 / config.gradient_predivide_factor;
+}
+
+std::vector<std::string> config_notices(const Config& config) {
+  std::vector<std::string> lines;
+  if (!config.filled.empty()) {
+    std::string line = "zero: " + config.source + ": values left open (\"auto\"";
+    const bool optimizer = std::any_of(config.filled.begin(), config.filled.end(),
+                                       [](const FilledValue& v) { return v.key == "optimizer"; });
+    line += optimizer ? ", no optimizer section):" : "):";
+    for (size_t i = 0; i < config.filled.size(); ++i) {
+      const FilledValue& value = config.filled[i];
+      line += (i ? "; " : " ") + value.key + " = " + value.value + " (" + value.origin + ")";
+    }
+    lines.push_back(line);
+  }
+  for (const std::string& note : config.notes) lines.push_back("zero: " + config.source + ": " + note);
+  return lines;
 }
 
 std::vector<std::string> effective_config_lines(const Config& config) {

@@ -16,17 +16,15 @@ using Kind = DefaultOnlyKey::Kind;
 // zero/offload_config.py, swap_tensor/constants.py, activation_checkpointing/config.py), plus
 // the few zero_optimization fields added after it (stage3_allgather_sequential, ...), so that
 // configs written for newer DeepSpeed versions that spell out those defaults also run.
-const char* const kPredivideNote =
-    "DeepSpeed itself requires prescale_gradients false and gradient_predivide_factor 1.0 "
-    "with zero_optimization.reduce_scatter, its default";
 // The stage-3 keys zero does not implement: each tunes an internal of DeepSpeed's stage-3
 // implementation (sub-group tiling, leaf modules, fetch strategy, Python-side patching) that
 // zero's stage 3 does not have. The stage-3 keys zero implements are parsed in config.cpp.
 const char* const kStage3Note =
     "it tunes a DeepSpeed stage-3 internal that zero does not implement";
-const char* const kOffloadNote =
-    "use zero_optimization.offload_optimizer / offload_param; the deprecated "
-    "cpu_offload keys and round-robin gradient partitioning are not implemented";
+const char* const kRoundRobin =
+    "it reorders DeepSpeed's gradient copies from the GPU to host memory so that they run in "
+    "parallel; zero's offloaded gradients are copied a shard at a time, and the order never "
+    "changes a result";
 const char* const kZeroPPNote =
     "of ZeRO++, zero implements zero_quantized_weights, zero_hpz_partition_size and "
     "zero_quantized_gradients; quantized frozen weights and LoCo error feedback are not "
@@ -65,8 +63,21 @@ std::string with_note(std::string message, const char* note) {
   return message;
 }
 
+// "<path> = <value>: zero does not have <feature>; <what to do>" when the key names a feature,
+// else "<path> = <value> is not supported yet; <what is accepted>".
+[[noreturn]] void refuse(const std::string& source, const std::string& path, const Json& given,
+                         const DefaultOnlyKey& spec, const std::string& accepted) {
+  if (spec.feature != nullptr) {
+    fail(source, with_note(path + " = " + show(given) + ": zero does not have " + spec.feature +
+                               "; " + accepted,
+                           spec.note));
+  }
+  fail(source, with_note(path + " = " + show(given) + " is not supported yet; " + accepted,
+                         spec.note));
+}
+
 void check_value(const std::string& source, const std::string& path, const Json& given,
-                 const Json& expected, const Json* alternative, const char* note) {
+                 const Json& expected, const Json* alternative, const DefaultOnlyKey& spec) {
   if (scalar_matches(given, expected)) return;
   if (alternative != nullptr && scalar_matches(given, *alternative)) return;
   if (given.is_object() && expected.is_object() && !expected.empty()) {
@@ -74,15 +85,15 @@ void check_value(const std::string& source, const std::string& path, const Json&
     view.check_keys(object_keys(expected));
     for (const auto& item : given.items()) {
       check_value(source, join_path(path, item.key()), item.value(), expected.at(item.key()),
-                  nullptr, note);
+                  nullptr, spec);
     }
     return;
   }
   std::string accepted = "only DeepSpeed's default " + show(expected);
   if (alternative != nullptr) accepted += " (or " + show(*alternative) + ")";
-  fail(source, with_note(path + " = " + show(given) + " is not supported yet; " + accepted +
-                             " is accepted",
-                         note));
+  refuse(source, path, given, spec,
+         spec.feature != nullptr ? "remove the key or leave it at " + accepted.substr(5)
+                                 : accepted + " is accepted");
 }
 
 void check_disabled_section(const ObjectView& view, const DefaultOnlyKey& spec,
@@ -102,9 +113,26 @@ void check_disabled_section(const ObjectView& view, const DefaultOnlyKey& spec,
     fail(view.source(), path + ".enabled = " + show(*enabled) + " is invalid; expected true or false");
   }
   if (enabled->get<bool>()) {
-    fail(view.source(),
-         with_note(path + ".enabled = true is not supported yet; " + accepted, spec.note));
+    refuse(view.source(), path + ".enabled", true, spec,
+           spec.feature != nullptr ? "remove the section or set \"enabled\": false" : accepted);
   }
+}
+
+// A no_effect key: any value of the default's JSON type is accepted; a value other than the
+// default is said in `notes`.
+void check_no_effect(const ObjectView& view, const DefaultOnlyKey& spec, const Json& given,
+                     std::vector<std::string>& notes) {
+  const Json expected = Json::parse(spec.default_json);
+  const bool same_type = (given.is_boolean() && expected.is_boolean()) ||
+                         (given.is_number() && expected.is_number()) ||
+                         (given.is_string() && expected.is_string());
+  if (!same_type) {
+    view.invalid(spec.key, given, std::string("a value of the type of DeepSpeed's default ") +
+                                      show(expected));
+  }
+  if (scalar_matches(given, expected)) return;
+  notes.push_back(view.key_path(spec.key) + " = " + show(given) + " changes nothing in zero: " +
+                  spec.no_effect);
 }
 
 }  // namespace
@@ -114,53 +142,70 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
       {"memory_breakdown", Kind::kValue, "false", nullptr, nullptr},
       {"dump_state", Kind::kValue, "false", nullptr, nullptr},
       {"disable_allgather", Kind::kValue, "false", nullptr, nullptr},
-      {"prescale_gradients", Kind::kValue, "false", nullptr, kPredivideNote},
-      {"gradient_predivide_factor", Kind::kValue, "1.0", nullptr, kPredivideNote},
       {"sparse_gradients", Kind::kValue, "false", nullptr, nullptr},
       {"fp32_allreduce", Kind::kValue, "false", nullptr,
        "use communication_data_type \"fp32\" instead"},
-      {"zero_allow_untested_optimizer", Kind::kValue, "false", nullptr, nullptr},
-      {"zero_force_ds_cpu_optimizer", Kind::kValue, "true", nullptr, nullptr},
+      {"zero_allow_untested_optimizer", Kind::kValue, "false", nullptr, nullptr, nullptr,
+       "it lets DeepSpeed wrap a client optimizer it has not tested; zero builds its own "
+       "optimizers from the config"},
+      {"zero_force_ds_cpu_optimizer", Kind::kValue, "true", nullptr, nullptr, nullptr,
+       "it concerns a client optimizer with CPU offload; zero takes no client optimizer"},
       {"dataloader_drop_last", Kind::kValue, "false", nullptr, nullptr},
       {"vocabulary_size", Kind::kValue, "null", nullptr, nullptr},
       {"seq_parallel_communication_data_type", Kind::kValue, "\"fp32\"", "null", nullptr},
-      {"sequence_parallel_size", Kind::kValue, "1", nullptr, nullptr},
+      {"sequence_parallel_size", Kind::kValue, "1", nullptr, nullptr,
+       "sequence parallelism (DeepSpeed-Ulysses)"},
       {"use_data_before_expert_parallel_", Kind::kValue, "false", nullptr, nullptr},
       {"graph_harvesting", Kind::kValue, "false", nullptr, nullptr},
-      {"sparse_attention", Kind::kValue, "null", nullptr, nullptr},
-      {"weight_quantization", Kind::kValue, "null", nullptr, nullptr},
-      {"compression_training", Kind::kValue, "{}", "null", nullptr},
+      {"sparse_attention", Kind::kValue, "null", nullptr, nullptr,
+       "DeepSpeed Sparse Attention"},
+      {"weight_quantization", Kind::kValue, "null", nullptr, nullptr,
+       "weight quantization (MoQ)"},
+      {"compression_training", Kind::kValue, "{}", "null", nullptr,
+       "DeepSpeed Compression (quantization-aware training, pruning, layer reduction)"},
       {"timers", Kind::kValue, "{}", "null", nullptr},
-      {"compile", Kind::kValue, "{}", "null", nullptr},
-      {"tensor_parallel", Kind::kValue, "{}", "null", nullptr},
+      {"compile", Kind::kValue, "{}", "null", nullptr,
+       "DeepSpeed's torch.compile integration"},
+      {"tensor_parallel", Kind::kValue, "{}", "null", nullptr,
+       "tensor parallelism (AutoTP)"},
       {"checkpoint", Kind::kValue,
        R"({"tag_validation": "Warn", "load_universal": false, "use_node_local_storage": false,
            "parallel_write": {"pipeline_stage": false}})",
        nullptr, nullptr},
-      {"data_types", Kind::kValue, R"({"grad_accum_dtype": null})", nullptr, nullptr},
       {"pipeline", Kind::kValue,
        R"({"stages": "auto", "partition": "best", "seed_layers": false,
            "activation_checkpoint_interval": 0, "pipe_partitioned": true,
            "grad_partitioned": true})",
-       nullptr, "pipeline parallelism is not implemented"},
-      {"amp", Kind::kDisabledSection, nullptr, nullptr, "use fp16 or bf16"},
-      {"elasticity", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"flops_profiler", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+       nullptr, nullptr, "pipeline parallelism"},
+      {"amp", Kind::kDisabledSection, nullptr, nullptr, "use fp16 or bf16",
+       "NVIDIA apex AMP"},
+      {"elasticity", Kind::kDisabledSection, nullptr, nullptr, nullptr, "elastic training"},
+      {"flops_profiler", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "the FLOPs profiler"},
       {"wandb", Kind::kDisabledSection, nullptr, nullptr,
        "Weights & Biases logs to a server, and zero's machines have no network; use "
        "tensorboard or csv_monitor"},
       {"comet", Kind::kDisabledSection, nullptr, nullptr,
        "Comet logs to a server, and zero's machines have no network; use tensorboard or "
        "csv_monitor"},
-      {"comms_logger", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"autotuning", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"progressive_layer_drop", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"curriculum_learning", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"data_efficiency", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"hybrid_engine", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"nebula", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"quantize_training", Kind::kDisabledSection, nullptr, nullptr, nullptr},
-      {"torch_autocast", Kind::kDisabledSection, nullptr, nullptr, nullptr},
+      {"comms_logger", Kind::kDisabledSection, nullptr, nullptr,
+       "zero-train's summary reports the bytes each collective moved", "the comms logger"},
+      {"autotuning", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "the DeepSpeed Autotuner"},
+      {"progressive_layer_drop", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "Progressive Layer Drop"},
+      {"curriculum_learning", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "curriculum learning"},
+      {"data_efficiency", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "DeepSpeed Data Efficiency (data sampling and routing)"},
+      {"hybrid_engine", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "DeepSpeed-Chat's hybrid engine"},
+      {"nebula", Kind::kDisabledSection, nullptr, nullptr, nullptr, "Nebula checkpointing"},
+      {"quantize_training", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "quantization-aware training (MoQ)"},
+      {"torch_autocast", Kind::kDisabledSection, nullptr, nullptr, nullptr, "torch autocast"},
+      {"eigenvalue", Kind::kDisabledSection, nullptr, nullptr, nullptr,
+       "the eigenvalue computation of MoQ and Progressive Layer Drop"},
   };
   return keys;
 }
@@ -172,10 +217,7 @@ const std::vector<DefaultOnlyKey>& zero_default_only() {
       {"elastic_checkpoint", Kind::kValue, "false", nullptr, nullptr},
       {"ignore_unused_parameters", Kind::kValue, "true", nullptr, nullptr},
       {"legacy_stage1", Kind::kValue, "false", nullptr, nullptr},
-      {"round_robin_gradients", Kind::kValue, "false", nullptr, kOffloadNote},
-      {"cpu_offload", Kind::kValue, "null", "false", kOffloadNote},
-      {"cpu_offload_param", Kind::kValue, "null", "false", kOffloadNote},
-      {"cpu_offload_use_pin_memory", Kind::kValue, "null", "false", kOffloadNote},
+      {"round_robin_gradients", Kind::kValue, "false", nullptr, nullptr, nullptr, kRoundRobin},
       {"zenflow", Kind::kValue, "null", nullptr, nullptr},
       {"stage3_module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
       {"module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
@@ -194,9 +236,8 @@ const std::vector<DefaultOnlyKey>& zero_default_only() {
       {"enable_sanity_checks", Kind::kValue, "false", nullptr, nullptr},
       {"zero_quantized_nontrainable_weights", Kind::kValue, "false", nullptr, kZeroPPNote},
       {"zeropp_loco_param", Kind::kValue, "null", nullptr, kZeroPPNote},
-      {"mics_shard_size", Kind::kValue, "-1", nullptr, "MiCS is not implemented"},
-      {"mics_hierarchical_params_gather", Kind::kValue, "false", nullptr,
-       "MiCS is not implemented"},
+      {"mics_shard_size", Kind::kValue, "-1", nullptr, nullptr, "MiCS"},
+      {"mics_hierarchical_params_gather", Kind::kValue, "false", nullptr, nullptr, "MiCS"},
   };
   return keys;
 }
@@ -205,7 +246,9 @@ const std::vector<DefaultOnlyKey>& adam_params_default_only() {
   static const std::vector<DefaultOnlyKey> keys = {
       {"amsgrad", Kind::kValue, "false", nullptr,
        "the AMSGrad variant is not implemented; DeepSpeed's FusedAdam rejects it too"},
-      {"torch_adam", Kind::kValue, "false", nullptr, "zero has a single Adam implementation"},
+      {"torch_adam", Kind::kValue, "false", nullptr, nullptr, nullptr,
+       "it picks torch's Adam over DeepSpeed's fused one; zero has one Adam, with the same "
+       "update"},
       {"set_grad_none", Kind::kValue, "true", nullptr, nullptr},
   };
   return keys;
@@ -227,7 +270,8 @@ const std::vector<std::string>& top_level_implemented_keys() {
       "gradient_clipping", "optimizer", "fp16", "bf16", "bfloat16", "communication_data_type",
       "zero_optimization", "allgather_size", "scheduler", "steps_per_print",
       "wall_clock_breakdown", "seed", "csv_monitor", "tensorboard", "compute_data_type", "aio",
-      "activation_checkpointing"};
+      "activation_checkpointing", "prescale_gradients", "gradient_predivide_factor",
+      "data_types"};
   return keys;
 }
 
@@ -289,6 +333,8 @@ const std::vector<std::string>& zero_implemented_keys() {
       "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
       "stage3_gather_fp16_weights_on_model_save",
       "sub_group_size", "offload_optimizer", "offload_param",
+      // DeepSpeed's deprecated spellings of the offload keys (config.cpp: parse_cpu_offload)
+      "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory",
       // ZeRO++ (config.cpp: parse_zeropp)
       "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"};
   return keys;
@@ -319,6 +365,13 @@ const std::vector<std::string>& fp16_keys() {
   return keys;
 }
 
+const std::vector<std::string>& loss_scale_keys() {
+  static const std::vector<std::string> keys = {
+      "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+      "consecutive_hysteresis", "min_loss_scale"};
+  return keys;
+}
+
 const std::vector<std::string>& bf16_keys() {
   static const std::vector<std::string> keys = {"enabled", "immediate_grad_update"};
   return keys;
@@ -331,16 +384,21 @@ std::vector<std::string> all_keys(const std::vector<std::string>& implemented,
   return keys;
 }
 
-void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec) {
+void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec,
+                        std::vector<std::string>& notes) {
   const Json* given = view.given(spec.key);
   if (given == nullptr) return;
   switch (spec.kind) {
     case Kind::kValue: {
+      if (spec.no_effect != nullptr) {
+        check_no_effect(view, spec, *given, notes);
+        return;
+      }
       const Json expected = Json::parse(spec.default_json);
       const Json alternative =
           spec.alternative_json != nullptr ? Json::parse(spec.alternative_json) : Json();
       check_value(view.source(), view.key_path(spec.key), *given, expected,
-                  spec.alternative_json != nullptr ? &alternative : nullptr, spec.note);
+                  spec.alternative_json != nullptr ? &alternative : nullptr, spec);
       return;
     }
     case Kind::kDisabledSection:

@@ -3,10 +3,12 @@
 // Two kinds of keys:
 //   - implemented keys, parsed in config.cpp (the lists below name them for the unknown-key
 //     check);
-//   - "default-only" keys: options DeepSpeed has and zero does not implement yet. They are
-//     accepted only when the value equals DeepSpeed's default or disabled form, so a config that
-//     merely spells out defaults runs; any other value is rejected as "not supported yet".
-//     Nothing is accepted and then ignored.
+//   - "default-only" keys: options DeepSpeed has and zero does not implement. They are
+//     accepted when the value equals DeepSpeed's default or disabled form, so a config that
+//     merely spells out defaults runs. Any other value is rejected (naming the DeepSpeed
+//     feature zero does not have, when the key turns one on), except for the keys whose value
+//     changes nothing in zero (`no_effect`): those are accepted with a one-line note saying so
+//     (Config::notes). Nothing is accepted and then silently ignored.
 // docs/config.md lists every key with its status.
 #pragma once
 
@@ -33,6 +35,12 @@ struct DefaultOnlyKey {
   const char* default_json;
   const char* alternative_json;  // another accepted form of the default, or nullptr
   const char* note;              // appended to the "not supported yet" message, or nullptr
+  /// The DeepSpeed feature a non-default value turns on, which zero does not have ("the
+  /// DeepSpeed Autotuner"): the refusal says so in one line. nullptr: "not supported yet".
+  const char* feature = nullptr;
+  /// Why any value of the default's JSON type changes nothing in zero: such a value is
+  /// accepted and this is said in Config::notes. nullptr: other values are refused.
+  const char* no_effect = nullptr;
 };
 
 /// Top-level keys other than the implemented ones.
@@ -65,8 +73,14 @@ const std::vector<std::string>& csv_monitor_keys();
 std::vector<std::string> all_keys(const std::vector<std::string>& implemented,
                                   const std::vector<DefaultOnlyKey>& default_only);
 
-/// Checks one default-only key of `view` (absent and "auto" are accepted).
-void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec);
+/// Checks one default-only key of `view` (absent and "auto" are accepted); a `no_effect` key's
+/// non-default value adds its note to `notes`.
+void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec,
+                        std::vector<std::string>& notes);
+
+/// fp16's loss-scale keys, which have no effect inside `bf16` (bf16 has no loss scaling): a
+/// common copy of an fp16 section, accepted there with a note.
+const std::vector<std::string>& loss_scale_keys();
 
 /// The section path ("" = top level) other than `except_path` where `key` is known, for
 /// "did you mean" on a misplaced key (e.g. "aio" inside zero_optimization); nullopt if none.

@@ -207,28 +207,78 @@ ObjectView::ObjectView(const Json& object, std::string path, std::string source)
   }
 }
 
+// Note [Unknown keys]
+// ~~~~~~~~~~~~~~~~~~~
+// Inside a section an unknown key is an error, with the closest known key or the section it
+// belongs to suggested: DeepSpeed's pydantic sections reject them too, and a misspelled key
+// would otherwise be a silent no-op. At the top level DeepSpeed ignores unknown keys, and real
+// configs carry harmless extras there ("_comment", a launcher's "cuda_visible_devices"), so
+// zero ignores an unknown top-level key with a note, unless it looks like a mistake:
+//   - it is close to a known key ("zero_optimisation": a typo);
+//   - it is a key of a section, put at the top level ("stage", "loss_scale");
+//   - it is an object holding a known key of the top level or of a section ("log":
+//     {"steps_per_print": 50}, which DeepSpeed ignores whole: the user meant the inner key).
+// Those stay errors, with the same suggestions.
+
+namespace {
+
+// Why an unknown key of `view` looks like a mistake, as the end of its error message; empty
+// when it does not (only used at the top level: check_keys treats every unknown key as one).
+std::string mistake_hint(const ObjectView& view, const std::string& key,
+                         const std::vector<std::string>& known, bool every_key) {
+  const std::string suggestion = closest_match(key, known);
+  if (!suggestion.empty()) return "; did you mean '" + view.key_path(suggestion) + "'?";
+  const std::optional<std::string> section = section_knowing(key, view.path());
+  const std::string here = view.path().empty() ? "the top level" : "'" + view.path() + "'";
+  if (section && section->empty()) return "; '" + key + "' is a top-level key, not a key of " + here;
+  if (section) {
+    return "; did you mean '" + join_path(*section, key) + "'? ('" + key + "' is a key of '" +
+           *section + "', not of " + here + ")";
+  }
+  const Json& value = view.json().at(key);
+  if (value.is_object()) {
+    for (const auto& inner : value.items()) {
+      const std::string& name = inner.key();
+      if (std::find(known.begin(), known.end(), name) != known.end()) {
+        return "; it holds '" + name + "', a key of " + here + ", which is read only there: " +
+               "did you mean '" + view.key_path(name) + "'?";
+      }
+      if (const std::optional<std::string> home = section_knowing(name, view.path())) {
+        return "; it holds '" + name + "', a key of '" + (home->empty() ? "the top level" : *home) +
+               "', which is read only there: did you mean '" + join_path(*home, name) + "'?";
+      }
+    }
+  }
+  if (!every_key) return "";
+  std::string hint;
+  if (known.size() <= 16) {
+    hint = "; known keys:";
+    for (size_t i = 0; i < known.size(); ++i) hint += (i ? ", " : " ") + known[i];
+  }
+  return hint.empty() ? " " : hint;
+}
+
+}  // namespace
+
 void ObjectView::check_keys(const std::vector<std::string>& known) const {
   for (const auto& item : object_->items()) {
     const std::string& key = item.key();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string message = "unknown key '" + key_path(key) + "'";
-    const std::string suggestion = closest_match(key, known);
-    if (!suggestion.empty()) {
-      message += "; did you mean '" + key_path(suggestion) + "'?";
-    } else {
-      const std::optional<std::string> section = section_knowing(key, path_);
-      const std::string here = path_.empty() ? "the top level" : "'" + path_ + "'";
-      if (section && section->empty()) {
-        message += "; '" + key + "' is a top-level key, not a key of " + here;
-      } else if (section) {
-        message += "; did you mean '" + join_path(*section, key) + "'? ('" + key +
-                   "' is a key of '" + *section + "', not of " + here + ")";
-      } else if (known.size() <= 16) {
-        message += "; known keys:";
-        for (size_t i = 0; i < known.size(); ++i) message += (i ? ", " : " ") + known[i];
-      }
-    }
-    fail(source_, message);
+    std::string hint = mistake_hint(*this, key, known, /*every_key=*/true);
+    if (hint == " ") hint.clear();
+    fail(source_, "unknown key '" + key_path(key) + "'" + hint);
+  }
+}
+
+void ObjectView::check_keys_ignoring_extras(const std::vector<std::string>& known,
+                                            std::vector<std::string>& notes) const {
+  for (const auto& item : object_->items()) {
+    const std::string& key = item.key();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    const std::string hint = mistake_hint(*this, key, known, /*every_key=*/false);
+    if (!hint.empty()) fail(source_, "unknown key '" + key_path(key) + "'" + hint);
+    notes.push_back("unknown key '" + key_path(key) +
+                    "' ignored: not a DeepSpeed key (DeepSpeed ignores it too)");
   }
 }
 

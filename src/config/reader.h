@@ -59,6 +59,11 @@ class ObjectView {
   /// Rejects every key not in `known`, suggesting the closest known key, or else the section
   /// a misplaced key belongs to (keys.h: section_knowing).
   void check_keys(const std::vector<std::string>& known) const;
+  /// The top level's rule (DeepSpeed ignores unknown top-level keys; Note [Unknown keys] in
+  /// reader.cpp): an unknown key that looks like a mistake is an error as in check_keys; any
+  /// other is ignored and said in `notes`.
+  void check_keys_ignoring_extras(const std::vector<std::string>& known,
+                                  std::vector<std::string>& notes) const;
 
   /// The value, or nullptr when absent.
   const Json* raw(const std::string& key) const;

@@ -2,7 +2,11 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // backward() scales the loss by loss_scale / gradient_accumulation_steps and the reduction
 // sums over ranks without dividing. The step folds the rest into one multiplier applied
-// inside the fused optimizer loop: grad * clip_coefficient / (world_size * loss_scale). The
+// inside the fused optimizer loop: grad * clip_coefficient / (world_size * loss_scale). With
+// DeepSpeed's prescale_gradients (or gradient_predivide_factor) a group's gradients are first
+// multiplied by pre_reduction_multiplier (1 / world_size, or 1 / the factor) just before they
+// are summed, and the step's divisor is world_size * loss_scale * that multiplier
+// (gradient_divisor): the same average, summed in a smaller range (fp16's reason for it). The
 // global norm is computed from the owned, summed gradients (fp64 squares, padding excluded,
 // summed over ranks by a deterministic all-reduce), so every stage computes it identically.
 #include "engine/engine_core.h"
@@ -92,6 +96,7 @@ EngineCore::EngineCore(std::shared_ptr<torch::nn::Module> model, const Config& c
   param_dtype_ = config_.param_dtype;
   compute_dtype_ = config_.compute_dtype;
   comm_dtype_ = config_.communication_dtype;
+  pre_reduction_multiplier_ = pre_reduction_multiplier(config_);
   grad_shard_dtype_ = kept_gradient_dtype(config_);
   scheduler_ = make_scheduler(config_);
   lr_ = scheduler_ ? scheduler_->lr_at(0) : config_.optimizer.lr;
@@ -357,7 +362,7 @@ void EngineCore::begin_offloaded_backward() {
     return;
   }
   // What boundary_step would apply: clip 1, the loss scale's divisor, the schedule's rate.
-  overlapped_.grad_multiplier = 1.0 / (static_cast<double>(world_) * scaler_.scale());
+  overlapped_.grad_multiplier = 1.0 / gradient_divisor();
   overlapped_.lr = scheduler_ ? scheduler_->lr_at(global_steps_) : lr_;
   state_->begin_step();
   pipeline_->set_arrival_hook([this](int64_t begin, int64_t end) {
@@ -552,6 +557,14 @@ void EngineCore::step() {
   window_ = BoundaryRecord{};
 }
 
+double EngineCore::gradient_divisor() const {
+  return static_cast<double>(world_) * scaler_.scale() * pre_reduction_multiplier_;
+}
+
+void EngineCore::scale_before_reduction(const at::Tensor& gradients) const {
+  if (pre_reduction_multiplier_ != 1.0) gradients.mul_(pre_reduction_multiplier_);
+}
+
 // Note [Gradient scaling].
 void EngineCore::boundary_step() {
   quiesce();
@@ -559,7 +572,7 @@ void EngineCore::boundary_step() {
   at::Tensor total = local_sum_of_squares();
   counted(comm_->all_reduce(total, ReduceOp::kSum))->wait();
   const double sum_squares = total.item<double>();
-  const double divisor = static_cast<double>(world_) * scaler_.scale();
+  const double divisor = gradient_divisor();
   global_grad_norm_ = std::sqrt(sum_squares) / divisor;
 
   const bool overflow = param_dtype_ == at::kHalf && !std::isfinite(sum_squares);

@@ -205,6 +205,11 @@ class EngineCore : public Engine, public CheckpointSubject {
   int world_ = 1;
   int stage_ = 0;
   StagePolicy policy_;  // the stage as the decisions the engines read (stage_policy.h)
+  // Note [Gradient scaling]: what a group's gradients are multiplied by before they are summed
+  // over ranks (1 unless prescale_gradients / gradient_predivide_factor), and the step's divisor.
+  double pre_reduction_multiplier_ = 1.0;
+  double gradient_divisor() const;
+  void scale_before_reduction(const at::Tensor& gradients) const;
   at::ScalarType param_dtype_;    // stored (the partitioned shards at stage 3)
   at::ScalarType compute_dtype_;  // computed in (Note [Compute dtype] in zero/config.h)
   at::ScalarType comm_dtype_;

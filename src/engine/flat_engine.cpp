@@ -9,7 +9,9 @@
 // in reverse registration order (roughly the order backward produces their gradients), with
 // no gaps; the buffer is padded at the end per Note [Shard layout]. Each parameter's data is a
 // view into it. Stages 0 and 1 keep a flat gradient buffer of the same layout and preset every
-// parameter's .grad as a view into it, so autograd accumulates in place. Stage 2 keeps no
+// parameter's .grad as a view into it, so autograd accumulates in place; with
+// data_types.grad_accum_dtype "fp32" and 16-bit parameters the buffer is fp32, and each
+// micro-step's 16-bit gradient is added into it as it arrives (then dropped). Stage 2 keeps no
 // full-size gradient: each gradient is copied into a bucket buffer when ready and dropped,
 // and the reduced result lands in the owned gradient shard.
 //
@@ -96,7 +98,10 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   bool communicate_this_backward_ = false;
 
   at::Tensor params_flat_;   // param dtype, padded_numel
-  at::Tensor grads_flat_;    // Gradients::kFullBuffer (stages 0/1): param dtype, padded_numel
+  at::Tensor grads_flat_;    // Gradients::kFullBuffer (stages 0/1): kept dtype, padded_numel
+  // grads_flat_ is fp32 under 16-bit parameters (grad_accum_dtype): gradients are added into it
+  // by the hook instead of accumulating in .grad views.
+  bool accumulate_by_hook_ = false;
   // The shard space (Note [Shard state]) is update_range_ of the flat buffer; with
   // Gradients::kOwnedShard (stage 2) the state owns the gradient shard (grad_shard_dtype_),
   // with kFullBuffer grads_flat_ lends it.
@@ -171,11 +176,15 @@ void FlatEngine::allocate_state() {
   if (full_gradients) {
     // Reduced in place bucket by bucket: from the communicator when it can place it where
     // peers read it directly (Note [Shared-memory reduce-scatter]; collective, every rank).
+    const at::ScalarType kept = kept_gradient_dtype(config_);
     grads_flat_ = device.is_cpu()
-                      ? comm_->allocate_buffer(layout_.padded_numel, param_dtype_)
-                      : at::zeros({layout_.padded_numel}, options.dtype(param_dtype_));
-    for (auto& p : params_) {
-      p.tensor.mutable_grad() = grads_flat_.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+                      ? comm_->allocate_buffer(layout_.padded_numel, kept)
+                      : at::zeros({layout_.padded_numel}, options.dtype(kept));
+    accumulate_by_hook_ = kept != param_dtype_;
+    if (!accumulate_by_hook_) {
+      for (auto& p : params_) {
+        p.tensor.mutable_grad() = grads_flat_.narrow(0, p.offset, p.numel).view(p.tensor.sizes());
+      }
     }
   }
   // Every rank starts from rank 0's parameters; the master weights are made from them.
@@ -230,8 +239,16 @@ void FlatEngine::on_gradient_ready(int index) {
   ZERO_CHECK(in_backward_, "a gradient of '", params_[index].name,
              "' was computed outside engine.backward(loss): call engine.backward(loss) instead ",
              "of loss.backward() so loss scaling and gradient reduction happen");
-  if (!communicate_this_backward_) return;  // accumulated in grads_flat_ until the boundary
   TrainableParameter& p = params_[index];
+  if (accumulate_by_hook_) {
+    // Note [Flat buffers]: the 16-bit gradient is added into the fp32 buffer and dropped.
+    at::Tensor grad = p.tensor.grad();
+    if (grad.defined()) {
+      grads_flat_.narrow(0, p.offset, p.numel).add_(grad.reshape({-1}));
+      p.tensor.mutable_grad().reset();
+    }
+  }
+  if (!communicate_this_backward_) return;  // accumulated in grads_flat_ until the boundary
   FlatGroup& bucket = buckets_[p.group];
   if (policy_.gradients == StagePolicy::Gradients::kOwnedShard) {
     at::Tensor grad = p.tensor.grad();
@@ -283,11 +300,12 @@ void FlatEngine::reduce_bucket(FlatGroup& bucket) {
   at::Tensor grads_view;  // full_gradients: where the result goes back
   if (full_gradients) {
     grads_view = grads_flat_.narrow(0, bucket.range.begin, bucket.range.size());
-    work = comm_dtype_ == param_dtype_ ? grads_view : grads_view.to(comm_dtype_);
+    work = comm_dtype_ == grads_view.scalar_type() ? grads_view : grads_view.to(comm_dtype_);
   } else {
     work = bucket.grad_buffer;
   }
   at::Tensor own = work.narrow(0, own_offset, counts[rank_]);
+  scale_before_reduction(work);  // Note [Gradient scaling]
   // In order on the communicator (submit), so these run at once.
   counted(comm_->reduce_scatter(work, own, ReduceOp::kSum, counts))->wait();
   if (all_reduce) counted(comm_->all_gather(own, work, counts))->wait();

@@ -60,6 +60,8 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
           : make_flat_engine(std::move(model), config, std::move(communicator));
   release_freed_host_memory();  // what partitioning freed (zero/memory.h says why)
   if (report) {
+    // What the config left open and what it became, keys that change nothing here, ...
+    for (const std::string& line : config_notices(config)) std::fprintf(stderr, "%s\n", line.c_str());
     // A device model's offload (or its emulation) says what it does instead.
     const std::string device_offload =
         dynamic_cast<const EngineCore&>(*engine).device_offload_notice();

@@ -434,7 +434,7 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
       add("gradient buckets", (several ? 2 : 1) * largest * comm, compute_place,
           several ? "2 x the largest bucket (with overlap_comm: at least)"
                   : "the largest bucket (reduce_bucket_size, capped at the model)");
-    } else if (stage <= 1 && config.communication_dtype != config.param_dtype) {
+    } else if (stage <= 1 && config.communication_dtype != kept_gradient_dtype(config)) {
       add("gradient conversion", largest * comm, compute_place,
           "a bucket's gradients converted to communication_data_type while reduced");
     }

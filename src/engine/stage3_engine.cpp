@@ -241,11 +241,8 @@ Stage3Engine::Stage3Engine(std::shared_ptr<torch::nn::Module> model, const Confi
   ZERO_INTERNAL_ASSERT(policy_.parameters == StagePolicy::Parameters::kPartitioned,
                        "Stage3Engine runs stage 3, got ", stage_);
   const auto& zc = config_.zero_optimization;
-  ZERO_CHECK(zc.reduce_scatter, config_.source, ": zero_optimization.reduce_scatter = false is ",
-             "not supported at stage 3 (gradients are always reduce-scattered); allowed: true");
-  ZERO_CHECK(zc.contiguous_gradients, config_.source, ": zero_optimization.contiguous_gradients ",
-             "= false is not supported at stage 3 (each unit's gradients are always copied into ",
-             "one buffer and reduce-scattered together); allowed: true");
+  // reduce_scatter and contiguous_gradients change nothing here: each unit's gradients are
+  // copied into one buffer and reduce-scattered together (the parser says so, docs/config.md).
   // reduce_bucket_size and allgather_bucket_size do not apply: stage 3 communicates per unit
   // (docs/config.md).
   zeropp_ = zc.zeropp;
@@ -939,6 +936,7 @@ void Stage3Engine::reduce_group(int g) {
   const int64_t shard = group.layout.shard_numel;
   at::Tensor work = group.grad_buffer;
   at::Tensor own = work.narrow(0, rank_ * shard, shard);
+  scale_before_reduction(work);  // Note [Gradient scaling] in engine_core.cpp
   if (quantize_gradients_) {
     quantized_reduce_scatter(work, own);
   } else {
