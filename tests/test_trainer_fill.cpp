@@ -164,6 +164,18 @@ TEST(TrainerFill, BatchKeysTheConfigDeterminesAreSolvedNotFilled) {
   EXPECT_EQ(parse_config(fixed, 1, kSource, trainer_with(false, false)).train_micro_batch_size_per_gpu, 2);
 }
 
+TEST(TrainerFill, NoBatchSizeAtAllIsTheTrainers) {
+  const std::string text = R"({"gradient_accumulation_steps": 4, "optimizer": {"type": "AdamW"}})";
+  const Config c = parse_config(text, 2, kSource, trainer_with(false, false));
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 8);
+  EXPECT_EQ(c.train_batch_size, 8 * 4 * 2);
+  EXPECT_NE(filled(c, "train_micro_batch_size_per_gpu").origin.find("the config sets no batch size"),
+            std::string::npos);
+  // DeepSpeed's error without a trainer.
+  EXPECT_NE(error_of(text, nullptr).find("one of train_batch_size or train_micro_batch_size_per_gpu is required"),
+            std::string::npos);
+}
+
 TEST(TrainerFill, NoOptimizerSectionIsTheTrainersAdamW) {
   const std::string text = R"({"train_micro_batch_size_per_gpu": 2})";
   TrainerValues trainer = trainer_with(false, false);
@@ -246,6 +258,19 @@ TEST(NoEffectKeys, AcceptedWithANote) {
        "cpu_offload = true is DeepSpeed's deprecated spelling of zero_optimization.offload_optimizer"},
       {"predivide with prescale", R"("prescale_gradients": true, "gradient_predivide_factor": 2.0)",
        "gradient_predivide_factor = 2.0 has no effect with prescale_gradients true"},
+      {"auto_cast", R"("fp16": {"enabled": true, "auto_cast": true})",
+       "fp16.auto_cast = true: DeepSpeed casts the forward's floating-point inputs"},
+      {"auto_cast without fp16", R"("fp16": {"enabled": false, "auto_cast": true})",
+       "fp16.auto_cast = true has no effect: fp16 is not enabled"},
+      {"elastic checkpoint", R"("zero_optimization": {"stage": 2, "elastic_checkpoint": true})",
+       "elastic_checkpoint = true changes nothing in zero"},
+      {"timers", R"("timers": {"throughput": {"enabled": true, "synchronized": false}})",
+       "timers = {"},
+      {"sequence-parallel dtype", R"("seq_parallel_communication_data_type": "bf16")",
+       "it is the dtype of sequence-parallel communication"},
+      {"disabled monitor under a wrapper",
+       R"("monitor_config": {"enabled": true, "csv_monitor": {"enabled": false}})",
+       "unknown key 'monitor_config' ignored"},
   };
   for (const Case& tc : cases) {
     SCOPED_TRACE(tc.name);
@@ -257,6 +282,12 @@ TEST(NoEffectKeys, AcceptedWithANote) {
     // Each note is printed on its own start-up line.
     EXPECT_EQ(config_notices(c).size(), c.notes.size());
   }
+  // Accepted without a note: tensor parallelism over one rank, older DeepSpeed's "bfp16".
+  const Config quiet = parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
+      "tensor_parallel": {"autotp_size": 1}, "communication_data_type": "bfp16"})",
+                                    1, kSource);
+  EXPECT_TRUE(quiet.notes.empty());
+  EXPECT_EQ(quiet.communication_dtype, c10::ScalarType::BFloat16);
   // What the mapped and normalized keys become.
   const Config mapped = parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
       "zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,

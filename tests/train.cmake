@@ -119,6 +119,14 @@ if(TARGET zero-train)
   add_test(NAME zero_train_bad_inputs
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_bad_inputs.sh $<TARGET_FILE:zero-train>
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/bad-inputs)
+  # The shapes real DeepSpeed configs come in (Hugging Face "auto", no optimizer, keys that
+  # change nothing, refused features): trained 3 steps or refused in one line. On a CPU with
+  # slow 16-bit GEMMs (ZERO_GEMM_RATES), so "auto" precision is fp32 anywhere.
+  add_test(NAME zero_train_config_shapes
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_config_shapes.sh $<TARGET_FILE:zero-train>
+                   ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/config-shapes)
+  set_tests_properties(zero_train_config_shapes PROPERTIES TIMEOUT 600
+                       ENVIRONMENT "ZERO_GEMM_RATES=fp32=80,bf16=8,fp16=8")
   add_test(NAME zero_train_interrupt
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_interrupt.sh $<TARGET_FILE:zero-train>
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/stage2.json

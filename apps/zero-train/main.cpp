@@ -288,13 +288,13 @@ zero::Config load_filled_config(const Options& o, const zero::gpt2::GPT2Config& 
         "machine's memory";
   }
   zero::Config config;
-  for (const int64_t micro_batch : kMicroBatchCandidates) {
+  for (const int64_t candidate : kMicroBatchCandidates) {
+    const int64_t micro_batch = fit ? candidate : trainer.micro_batch.value;
     trainer.micro_batch.value = micro_batch;
     config = zero::load_config(o.config_path, world, trainer);
     const bool filled = std::any_of(config.filled.begin(), config.filled.end(),
                                     [](const zero::FilledValue& v) {
-                                      return v.key == "train_micro_batch_size_per_gpu" &&
-                                             v.origin.rfind("--micro-batch", 0) == 0;
+                                      return v.origin.find("--micro-batch") != std::string::npos;
                                     });
     if (!fit || !filled || micro_batch == 1) break;
     zero::PlanModel plan_model = model.plan_model(micro_batch, seq, config.compute_dtype);

@@ -294,8 +294,14 @@ bool parse_fp16(const ObjectView& top, Config& config) {
   fp16.check_keys(config_detail::fp16_keys());
   const bool enabled = fp16.get_bool("enabled", false);
   if (fp16.get_bool("auto_cast", false)) {
-    fail(top.source(), "fp16.auto_cast = true: zero does not have autocast (fp16 compute from "
-                       "fp32 parameters); remove it, or set it false to train fp16 parameters");
+    // DeepSpeed's engine casts the forward's floating-point inputs to fp16 (the parameters are
+    // fp16 already). zero does not run the forward: the model is given its inputs by the
+    // program (zero-train's GPT-2 takes token ids, which are not cast).
+    config.notes.push_back(
+        enabled ? "fp16.auto_cast = true: DeepSpeed casts the forward's floating-point inputs to "
+                  "fp16; zero does not run the forward, so a program gives its fp16 model fp16 "
+                  "inputs itself (zero-train's GPT-2 takes token ids: nothing to cast)"
+                : "fp16.auto_cast = true has no effect: fp16 is not enabled");
   }
   if (fp16.get_bool("fp16_master_weights_and_grads", false)) {
     fp16.not_supported("fp16_master_weights_and_grads", true,
@@ -307,8 +313,9 @@ bool parse_fp16(const ObjectView& top, Config& config) {
   scale.dynamic = loss_scale == 0.0;
   scale.static_scale = scale.dynamic ? 1.0 : loss_scale;
   const LossScaleConfig defaults;
+  // 2^127 is the largest power of two an fp32 loss can be scaled by.
   scale.initial_scale_power = static_cast<int>(fp16.get_integer(
-      "initial_scale_power", defaults.initial_scale_power, 0, 63, "an integer in [0, 63]"));
+      "initial_scale_power", defaults.initial_scale_power, 0, 127, "an integer in [0, 127]"));
   scale.scale_window = fp16.get_integer("loss_scale_window", defaults.scale_window, 1, kInt64Max,
                                         "an integer >= 1");
   scale.hysteresis = static_cast<int>(
@@ -316,7 +323,7 @@ bool parse_fp16(const ObjectView& top, Config& config) {
   scale.consecutive_hysteresis =
       fp16.get_bool("consecutive_hysteresis", defaults.consecutive_hysteresis);
   scale.min_loss_scale =
-      fp16.get_number("min_loss_scale", defaults.min_loss_scale, positive, "a number > 0");
+      fp16.get_number("min_loss_scale", defaults.min_loss_scale, non_negative, "a number >= 0");
   return enabled;
 }
 
@@ -370,7 +377,8 @@ bool parse_precision(const ObjectView& top, Config& config) {
       config.communication_dtype = c10::ScalarType::Float;
     } else if (value == "fp16") {
       config.communication_dtype = c10::ScalarType::Half;
-    } else if (value == "bf16") {
+    } else if (value == "bf16" || value == "bfp16") {
+      // "bfp16": older DeepSpeed versions' name of bf16 here.
       config.communication_dtype = c10::ScalarType::BFloat16;
     } else {
       top.invalid("communication_data_type", *top.raw("communication_data_type"), expected);

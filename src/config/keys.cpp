@@ -106,6 +106,9 @@ void check_disabled_section(const ObjectView& view, const DefaultOnlyKey& spec,
   if (given.empty()) return;
   auto enabled = given.find("enabled");
   if (enabled == given.end()) {
+    if (spec.feature != nullptr) {
+      refuse(view.source(), path, given, spec, "remove the section or set \"enabled\": false");
+    }
     fail(view.source(),
          with_note(path + " = " + show(given) + " is not supported yet; " + accepted, spec.note));
   }
@@ -122,10 +125,12 @@ void check_disabled_section(const ObjectView& view, const DefaultOnlyKey& spec,
 // default is said in `notes`.
 void check_no_effect(const ObjectView& view, const DefaultOnlyKey& spec, const Json& given,
                      std::vector<std::string>& notes) {
+  if (given.is_null()) return;  // DeepSpeed's "not given"
   const Json expected = Json::parse(spec.default_json);
   const bool same_type = (given.is_boolean() && expected.is_boolean()) ||
                          (given.is_number() && expected.is_number()) ||
-                         (given.is_string() && expected.is_string());
+                         (given.is_string() && expected.is_string()) ||
+                         (given.is_object() && expected.is_object());
   if (!same_type) {
     view.invalid(spec.key, given, std::string("a value of the type of DeepSpeed's default ") +
                                       show(expected));
@@ -152,7 +157,10 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
        "it concerns a client optimizer with CPU offload; zero takes no client optimizer"},
       {"dataloader_drop_last", Kind::kValue, "false", nullptr, nullptr},
       {"vocabulary_size", Kind::kValue, "null", nullptr, nullptr},
-      {"seq_parallel_communication_data_type", Kind::kValue, "\"fp32\"", "null", nullptr},
+      {"seq_parallel_communication_data_type", Kind::kValue, "\"fp32\"", "null", nullptr,
+       nullptr,
+       "it is the dtype of sequence-parallel communication, and zero has no sequence "
+       "parallelism"},
       {"sequence_parallel_size", Kind::kValue, "1", nullptr, nullptr,
        "sequence parallelism (DeepSpeed-Ulysses)"},
       {"use_data_before_expert_parallel_", Kind::kValue, "false", nullptr, nullptr},
@@ -163,10 +171,12 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
        "weight quantization (MoQ)"},
       {"compression_training", Kind::kValue, "{}", "null", nullptr,
        "DeepSpeed Compression (quantization-aware training, pruning, layer reduction)"},
-      {"timers", Kind::kValue, "{}", "null", nullptr},
+      {"timers", Kind::kValue, "{}", "null", nullptr, nullptr,
+       "it times DeepSpeed's engine (its throughput timer); zero-train reports tokens/s and "
+       "the step's time itself"},
       {"compile", Kind::kValue, "{}", "null", nullptr,
        "DeepSpeed's torch.compile integration"},
-      {"tensor_parallel", Kind::kValue, "{}", "null", nullptr,
+      {"tensor_parallel", Kind::kValue, "{}", R"({"autotp_size": 1})", nullptr,
        "tensor parallelism (AutoTP)"},
       {"checkpoint", Kind::kValue,
        R"({"tag_validation": "Warn", "load_universal": false, "use_node_local_storage": false,
@@ -206,6 +216,8 @@ const std::vector<DefaultOnlyKey>& top_level_default_only() {
       {"torch_autocast", Kind::kDisabledSection, nullptr, nullptr, nullptr, "torch autocast"},
       {"eigenvalue", Kind::kDisabledSection, nullptr, nullptr, nullptr,
        "the eigenvalue computation of MoQ and Progressive Layer Drop"},
+      // Not a DeepSpeed 0.16.5 key: LLaMA-Factory's FP8 section (Transformer Engine).
+      {"fp8", Kind::kDisabledSection, nullptr, nullptr, nullptr, "FP8 training"},
   };
   return keys;
 }
@@ -214,11 +226,13 @@ const std::vector<DefaultOnlyKey>& zero_default_only() {
   static const std::vector<DefaultOnlyKey> keys = {
       {"use_multi_rank_bucket_allreduce", Kind::kValue, "true", nullptr, nullptr},
       {"load_from_fp32_weights", Kind::kValue, "true", nullptr, nullptr},
-      {"elastic_checkpoint", Kind::kValue, "false", nullptr, nullptr},
+      {"elastic_checkpoint", Kind::kValue, "false", nullptr, nullptr, nullptr,
+       "DeepSpeed marks it no longer supported; zero's checkpoints load at any world size "
+       "anyway (docs/checkpoints.md)"},
       {"ignore_unused_parameters", Kind::kValue, "true", nullptr, nullptr},
       {"legacy_stage1", Kind::kValue, "false", nullptr, nullptr},
       {"round_robin_gradients", Kind::kValue, "false", nullptr, nullptr, nullptr, kRoundRobin},
-      {"zenflow", Kind::kValue, "null", nullptr, nullptr},
+      {"zenflow", Kind::kValue, "null", nullptr, nullptr, "ZenFlow (stall-free offloading)"},
       {"stage3_module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
       {"module_granularity_threshold", Kind::kValue, "0", nullptr, kStage3Note},
       {"stage3_use_all_reduce_for_fetch_params", Kind::kValue, "false", nullptr, kStage3Note},

@@ -216,11 +216,24 @@ ObjectView::ObjectView(const Json& object, std::string path, std::string source)
 // zero ignores an unknown top-level key with a note, unless it looks like a mistake:
 //   - it is close to a known key ("zero_optimisation": a typo);
 //   - it is a key of a section, put at the top level ("stage", "loss_scale");
-//   - it is an object holding a known key of the top level or of a section ("log":
-//     {"steps_per_print": 50}, which DeepSpeed ignores whole: the user meant the inner key).
+//   - it is an object holding a known key of the top level or of a section with a value that
+//     would act there ("log": {"steps_per_print": 50}, which DeepSpeed ignores whole: the user
+//     meant the inner key). A held value that would change nothing (null, false, {}, or a
+//     section with "enabled": false, as LLaMA-Factory's "monitor_config": {"csv_monitor":
+//     {"enabled": false}}) leaves the key ignored with a note.
 // Those stay errors, with the same suggestions.
 
 namespace {
+
+// A value that would change nothing where its key is read: null, false, {}, or an object with
+// "enabled": false.
+bool inert(const Json& value) {
+  if (value.is_null() || (value.is_boolean() && !value.get<bool>())) return true;
+  if (!value.is_object()) return false;
+  if (value.empty()) return true;
+  auto enabled = value.find("enabled");
+  return enabled != value.end() && enabled->is_boolean() && !enabled->get<bool>();
+}
 
 // Why an unknown key of `view` looks like a mistake, as the end of its error message; empty
 // when it does not (only used at the top level: check_keys treats every unknown key as one).
@@ -239,6 +252,7 @@ std::string mistake_hint(const ObjectView& view, const std::string& key,
   if (value.is_object()) {
     for (const auto& inner : value.items()) {
       const std::string& name = inner.key();
+      if (inert(inner.value())) continue;
       if (std::find(known.begin(), known.end(), name) != known.end()) {
         return "; it holds '" + name + "', a key of " + here + ", which is read only there: " +
                "did you mean '" + view.key_path(name) + "'?";

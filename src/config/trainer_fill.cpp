@@ -11,7 +11,8 @@
 //     decay. The batch keys are filled only where the config's numbers leave them open: a
 //     "auto" key the others determine is solved by DeepSpeed's rule instead, and values the
 //     user gave are used before defaults (so train_batch_size 32 with "auto" micro-batch and
-//     accumulation takes --micro-batch and solves the accumulation);
+//     accumulation takes --micro-batch and solves the accumulation). A config with no batch
+//     size at all (DeepSpeed's error) gets the trainer's micro-batch, as if it were "auto";
 //   - every other "auto" takes DeepSpeed's default, or the batch solver's result.
 // Config::filled lists every value "auto" became and where from; config_notices prints it in
 // one line at start-up, and the run directory's effective config has the values. A value the
@@ -146,6 +147,14 @@ class Filler {
       const Json* value = find_path(root_, path);
       return value != nullptr ? json_to_integer(*value) : std::nullopt;
     };
+    // A config with no batch size at all (DeepSpeed requires one) leaves it to the trainer as
+    // "auto" does: the micro-batch is the trainer's.
+    auto absent = [&](const char* path) {
+      const Json* value = find_path(root_, path);
+      return value == nullptr || value->is_null();
+    };
+    const bool no_batch_size = absent(micro.path) && absent("train_batch_size");
+    if (no_batch_size) root_[micro.path] = "auto";
     micro.known = number_at(micro.path);
     accumulation.known = number_at(accumulation.path);
     total = number_at("train_batch_size");
@@ -158,13 +167,25 @@ class Filler {
     for (Key* key : order) {
       const Key& other = key == &micro ? accumulation : micro;
       if (!is_auto_at(key->path) || (total && other.known)) continue;
-      put(key->path, Json(key->value->value), origin(key->argument, *key->value));
+      std::string why = origin(key->argument, *key->value);
+      if (key == &micro && no_batch_size) why += "; the config sets no batch size";
+      put(key->path, Json(key->value->value), why);
       key->known = key->value->value;
     }
-    if (is_auto_at("train_batch_size") && micro.known && accumulation.known) {
-      put("train_batch_size", Json(*micro.known * *accumulation.known * world_),
-          "train_micro_batch_size_per_gpu x gradient_accumulation_steps x world size " +
-              std::to_string(world_));
+    if (is_auto_at("train_batch_size")) {
+      // As the HF integration computes it: a factor the config leaves out is the trainer's
+      // (the solver then derives that key from the total).
+      std::string why;
+      auto factor = [&](const Key& key) {
+        if (key.known) {
+          why += std::string(key.path) + " x ";
+          return *key.known;
+        }
+        why += name(key.argument) + " " + std::to_string(key.value->value) + " x ";
+        return key.value->value;
+      };
+      const int64_t total_value = factor(micro) * factor(accumulation) * world_;
+      put("train_batch_size", Json(total_value), why + "world size " + std::to_string(world_));
     }
   }
 
