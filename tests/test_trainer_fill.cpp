@@ -284,7 +284,8 @@ TEST(NoEffectKeys, AcceptedWithANote) {
   }
   // Accepted without a note: tensor parallelism over one rank, older DeepSpeed's "bfp16".
   const Config quiet = parse_config(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
-      "tensor_parallel": {"autotp_size": 1}, "communication_data_type": "bfp16"})",
+      "tensor_parallel": {"autotp_size": 1}, "communication_data_type": "bfp16",
+      "compile": null, "timers": null})",
                                     1, kSource);
   EXPECT_TRUE(quiet.notes.empty());
   EXPECT_EQ(quiet.communication_dtype, c10::ScalarType::BFloat16);

@@ -276,11 +276,6 @@ zero::Config load_filled_config(const Options& o, const zero::gpt2::GPT2Config& 
   zero::TrainerValues trainer = o.trainer;
   trainer.total_steps = o.steps;
   trainer.hidden_size = model.n_embd;
-  if (o.device == "cuda") {
-    // The GPUs zero trains on compute both 16-bit dtypes fast (tensor cores).
-    trainer.bf16_fast = true;
-    trainer.fp16_fast = true;
-  }
   const bool fit = !trainer.micro_batch.given && o.device != "cuda" && memory_per_rank > 0;
   if (fit) {
     trainer.default_origins["per_device_train_batch_size"] =
@@ -360,6 +355,32 @@ Inputs prepare(const Options& o, const std::string& data, int world, int64_t mem
              in.decoder->vocab_size(), " tokens, but ", o.model, " draws from ",
              in.model.vocab_size, "; pass the model's GPT-2 encoder.json");
   return in;
+}
+
+// Collective. Whether bf16 and fp16 GEMMs are fast here, for "auto" fp16/bf16 sections: the
+// GPUs zero trains on compute both fast (tensor cores); on CPUs each rank measures
+// (zero/gemm_rates.h) and a dtype slow on any rank is slow for all, so that measurements near
+// the threshold cannot leave the ranks training in different dtypes.
+void agree_on_16bit_speed(zero::Communicator& comm, Options& o) {
+  zero::TrainerValues& t = o.trainer;
+  if (o.device == "cuda") {
+    t.bf16_fast = t.fp16_fast = true;
+    t.bf16_speed_origin = t.fp16_speed_origin = "the GPU computes it fast";
+    return;
+  }
+  const zero::GemmRates& rates = zero::measured_gemm_rates();
+  at::Tensor slow = at::tensor({rates.slow(at::kBFloat16) ? 1.0 : 0.0,
+                                rates.slow(at::kHalf) ? 1.0 : 0.0},
+                               at::kDouble);
+  comm.all_reduce(slow, zero::ReduceOp::kMax)->wait();
+  auto verdict = [&](int index, at::ScalarType dtype, std::optional<bool>& fast,
+                     std::string& origin) {
+    fast = slow[index].item<double>() == 0.0;
+    origin = rates.describe(dtype);
+    if (*fast == rates.slow(dtype)) origin += "; slow on another rank";
+  };
+  verdict(0, at::kBFloat16, t.bf16_fast, t.bf16_speed_origin);
+  verdict(1, at::kHalf, t.fp16_fast, t.fp16_speed_origin);
 }
 
 // "zero-train: error[ on rank R]: MESSAGE" on rank `origin` only, where every rank knows the
@@ -474,11 +495,12 @@ double zero_formula_bytes_per_param(const zero::Config& c, int world) {
   }
 }
 
-int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
+int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
   const int rank = comm->rank();
   const int world = comm->size();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / world));
+  agree_on_16bit_speed(*comm, o);  // at the thread count the step runs with
 
   std::string error;
   // --data FILE.txt (or a directory of them): tokenized by rank 0 into a cache beside it
@@ -511,6 +533,8 @@ int run(const Options& o, const std::shared_ptr<zero::Communicator>& comm) {
   Inputs in;
   try {
     in = prepare(o, data, world, memory_per_rank);
+    // What the engine would refuse on these ranks, refused here (and by --plan) too.
+    zero::check_config_for_ranks(in.config, *comm);
   } catch (const std::exception& e) {
     error = e.what();
   }

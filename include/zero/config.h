@@ -278,6 +278,10 @@ struct ZERO_API TrainerValues {
   /// (zero/gemm_rates.h), as compute_data_type "auto" decides.
   std::optional<bool> bf16_fast;
   std::optional<bool> fp16_fast;
+  /// Why, for the start-up line, when bf16_fast / fp16_fast are set ("" : "the device computes
+  /// bf16 fast").
+  std::string bf16_speed_origin;
+  std::string fp16_speed_origin;
   /// How the values are named in messages, by their TrainingArguments name ("learning_rate"
   /// -> "--lr"); unlisted names are shown as they are.
   std::map<std::string, std::string> names;

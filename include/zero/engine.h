@@ -136,6 +136,13 @@ class ZERO_API Engine {
   virtual void write_monitor_events(const std::vector<MonitorEvent>& events) = 0;
 };
 
+/// What zero::initialize would refuse in `config` on `comm`'s ranks, before any model exists:
+/// the checks that need the communicator (ZeRO++'s hpZ and qgZ need node groups, and hpZ a
+/// partition of the ranks per node). Throws zero::Error naming the key; the same on every rank.
+/// A program calls it with its config checks (zero-train does, so --plan refuses what
+/// training would).
+ZERO_API void check_config_for_ranks(const Config& config, const Communicator& comm);
+
 /// Builds the engine. Collective: every rank must call it with the same model structure and
 /// config; a mismatch fails on every rank naming the rank and the first difference.
 ZERO_API std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,

@@ -409,6 +409,7 @@ void check_default_only(const ObjectView& view, const DefaultOnlyKey& spec,
         return;
       }
       const Json expected = Json::parse(spec.default_json);
+      if (given->is_null() && expected.is_object()) return;  // a section: null is "not given"
       const Json alternative =
           spec.alternative_json != nullptr ? Json::parse(spec.alternative_json) : Json();
       check_value(view.source(), view.key_path(spec.key), *given, expected,

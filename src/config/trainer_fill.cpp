@@ -184,8 +184,12 @@ class Filler {
         why += name(key.argument) + " " + std::to_string(key.value->value) + " x ";
         return key.value->value;
       };
-      const int64_t total_value = factor(micro) * factor(accumulation) * world_;
-      put("train_batch_size", Json(total_value), why + "world size " + std::to_string(world_));
+      int64_t total_value = 0;
+      // An overflowing product is left to the solver, whose message names the keys.
+      if (!__builtin_mul_overflow(factor(micro), factor(accumulation), &total_value) &&
+          !__builtin_mul_overflow(total_value, static_cast<int64_t>(world_), &total_value)) {
+        put("train_batch_size", Json(total_value), why + "world size " + std::to_string(world_));
+      }
     }
   }
 
@@ -256,14 +260,16 @@ class Filler {
     bool bf16_on = set_true(bf16 + ".enabled");
     const bool fp16_on = set_true("fp16.enabled");
     if (bf16_auto) {
-      const auto [fast, why] = speed(c10::ScalarType::BFloat16, trainer_.bf16_fast);
+      const auto [fast, why] =
+          speed(c10::ScalarType::BFloat16, trainer_.bf16_fast, trainer_.bf16_speed_origin);
       const bool enable = fast && !fp16_on;
       put(bf16 + ".enabled", Json(enable),
           fp16_on ? "fp16.enabled is true" : why);
       bf16_on = enable;
     }
     if (fp16_auto) {
-      const auto [fast, why] = speed(c10::ScalarType::Half, trainer_.fp16_fast);
+      const auto [fast, why] =
+          speed(c10::ScalarType::Half, trainer_.fp16_fast, trainer_.fp16_speed_origin);
       put("fp16.enabled", Json(fast && !bf16_on),
           bf16_on ? std::string("bf16 is enabled") : why);
     }
@@ -273,9 +279,12 @@ class Filler {
   }
 
   // Whether `dtype` is fast, and why, for the start-up line.
-  static std::pair<bool, std::string> speed(c10::ScalarType dtype, std::optional<bool> given) {
+  static std::pair<bool, std::string> speed(c10::ScalarType dtype, std::optional<bool> given,
+                                            const std::string& why) {
     const std::string name = dtype_name(dtype);
-    if (given) return {*given, "the device computes " + name + (*given ? " fast" : " slowly")};
+    if (given) {
+      return {*given, !why.empty() ? why : "the device computes " + name + (*given ? " fast" : " slowly")};
+    }
     const GemmRates& rates = measured_gemm_rates();
     return {!rates.slow(dtype), rates.describe(dtype)};
   }

@@ -46,6 +46,26 @@ std::string cpu_checkpointing_notice(const Config& config, const torch::nn::Modu
 
 }  // namespace
 
+void check_config_for_ranks(const Config& config, const Communicator& comm) {
+  const ZeroPlusPlusConfig& zeropp = config.zero_optimization.zeropp;
+  const Topology& topology = comm.topology();
+  const int64_t hpz = zeropp.hpz_partition_size;
+  // hpZ and qgZ run collectives over node groups (Note [ZeRO++] in stage3_engine.cpp).
+  const char* grouped = hpz > 1                       ? "zero_hpz_partition_size"
+                        : zeropp.quantized_gradients ? "zero_quantized_gradients"
+                                                      : nullptr;
+  ZERO_CHECK(grouped == nullptr || comm.capabilities().node_groups, config.source,
+             ": zero_optimization.", grouped ? grouped : "", " needs collectives inside a node ",
+             "and across nodes (CollectiveGroup), which the ", comm.backend_name(),
+             " communicator does not have on ", topology.describe(), "; allowed here: the ",
+             "default, or the MPI backend (host staging over it on GPUs) with the same number ",
+             "of consecutive ranks on every node");
+  ZERO_CHECK(hpz == 1 || (topology.blocked() && hpz == topology.ranks_per_node()),
+             config.source, ": zero_optimization.zero_hpz_partition_size = ", hpz,
+             " must be 1 (off) or the number of ranks per node, ", topology.ranks_per_node(),
+             " on ", topology.describe(), " (the secondary partition is shared by a node's ranks)");
+}
+
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    std::shared_ptr<Communicator> communicator) {
   const bool report = communicator != nullptr && communicator->rank() == 0;

@@ -283,24 +283,7 @@ Stage3Engine::~Stage3Engine() {
   shutdown();
 }
 
-void Stage3Engine::check_zeropp() const {
-  const Topology& topology = comm_->topology();
-  const int64_t hpz = zeropp_.hpz_partition_size;
-  // hpZ and qgZ run collectives over node groups.
-  const char* grouped = hpz > 1                        ? "zero_hpz_partition_size"
-                        : zeropp_.quantized_gradients ? "zero_quantized_gradients"
-                                                       : nullptr;
-  ZERO_CHECK(grouped == nullptr || comm_->capabilities().node_groups, config_.source,
-             ": zero_optimization.", grouped ? grouped : "", " needs collectives inside a node ",
-             "and across nodes (CollectiveGroup), which the ", comm_->backend_name(),
-             " communicator does not have on ", topology.describe(), "; allowed here: the ",
-             "default, or the MPI backend (host staging over it on GPUs) with the same number ",
-             "of consecutive ranks on every node");
-  ZERO_CHECK(hpz == 1 || (topology.blocked() && hpz == topology.ranks_per_node()),
-             config_.source, ": zero_optimization.zero_hpz_partition_size = ", hpz,
-             " must be 1 (off) or the number of ranks per node, ", topology.ranks_per_node(),
-             " on ", topology.describe(), " (the secondary partition is shared by a node's ranks)");
-}
+void Stage3Engine::check_zeropp() const { check_config_for_ranks(config_, *comm_); }
 
 void Stage3Engine::invalidate_secondaries() {
   for (Group& group : groups_) group.secondary_valid = false;
