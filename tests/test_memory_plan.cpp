@@ -82,7 +82,8 @@ TEST(MemoryPlan, PlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
 }
 
 // bf16 parameters: computing in bf16 at stage 2, and in fp32 from bf16 shards at stage 3
-// (a 16-bit staging buffer per gather, Note [Compute dtype]), with a small prefetch bucket.
+// (a 16-bit staging buffer per gather, Note [Compute dtype]), with a small prefetch bucket;
+// at stage 1 accumulating in fp32 (data_types.grad_accum_dtype: a whole fp32 gradient buffer).
 TEST(MemoryPlan, SixteenBitParametersToo) {
   track_host_memory();
   auto comm = world();
@@ -91,7 +92,8 @@ TEST(MemoryPlan, SixteenBitParametersToo) {
       config_at(2, comm->size(), "", bf16 + "\"compute_data_type\": \"bf16\", "),
       config_at(3, comm->size(), ", \"stage3_prefetch_bucket_size\": 1e5, "
                 "\"stage3_max_reuse_distance\": 0",
-                bf16 + "\"compute_data_type\": \"fp32\", ")};
+                bf16 + "\"compute_data_type\": \"fp32\", "),
+      config_at(1, comm->size(), "", bf16 + "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, ")};
   for (const Config& config : configs) {
     SCOPED_TRACE("stage " + std::to_string(config.zero_optimization.stage));
     const gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
