@@ -1,8 +1,11 @@
 // The training configuration: DeepSpeed's JSON schema, validated strictly.
 //
-// parse_config() accepts the same JSON a DeepSpeed user already has. Every key is either
-// implemented with DeepSpeed's meaning or rejected; unknown keys are rejected with the closest
-// known key suggested. Errors throw zero::Error naming the key path (e.g.
+// parse_config() accepts the same JSON a DeepSpeed user already has. Every key is implemented
+// with DeepSpeed's meaning, accepted with a note saying why it changes nothing in zero
+// (Config::notes), or rejected; unknown keys in a section are rejected with the closest known
+// key suggested, harmless unknown top-level keys are ignored with a note (docs/config.md).
+// "auto" values are filled by a trainer (TrainerValues) or take DeepSpeed's default, and
+// Config::filled says which. Errors throw zero::Error naming the key path (e.g.
 // "zero_optimization.stage"), the value received and what is allowed.
 #pragma once
 

@@ -3,8 +3,9 @@
 // Every error this file raises is a zero::Error whose message starts with the config's source
 // ("ds_config.json: ") and names the full key path, the value received (as JSON) and what is
 // allowed. Two value conventions, both DeepSpeed's:
-//   - the string "auto" (Hugging Face integration) means "not given": the key takes its default
-//     (or is derived, for the batch triple);
+//   - the string "auto" (Hugging Face integration) means "not given" here: the key takes its
+//     default (or is derived, for the batch triple); a trainer's values have replaced the
+//     "auto"s it fills before the parse (trainer_fill.h);
 //   - JSON null means "not given" only where DeepSpeed's own default is None (the get_optional_*
 //     getters); elsewhere it is a type error.
 #pragma once
