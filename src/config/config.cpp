@@ -886,7 +886,7 @@ void parse_data_types(const ObjectView& top, Config& config) {
   const std::optional<std::string> name = section.get_optional_string("grad_accum_dtype", expected);
   if (!name) return;
   const std::string value = lower(*name);
-  c10::ScalarType dtype;
+  c10::ScalarType dtype = c10::ScalarType::Float;
   if (value == "fp32" || value == "float32" || value == "float") {
     dtype = c10::ScalarType::Float;
   } else if (value == "fp16" || value == "float16" || value == "half") {

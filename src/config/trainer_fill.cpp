@@ -239,7 +239,10 @@ class Filler {
       const int64_t steps = trainer_.warmup_steps.value;
       std::string why = origin("warmup_steps", trainer_.warmup_steps);
       // zero takes warmup_num_steps >= 1; DeepSpeed's schedules use max(2, N) either way.
-      if (steps < 2) why += "; DeepSpeed's schedules warm up over at least 2 steps";
+      if (steps < 2) {
+        why += "; DeepSpeed's schedules warm up over at least 2 steps: the first updates run "
+               "below the peak learning rate (the very first at the schedule's minimum)";
+      }
       put("scheduler.params.warmup_num_steps", Json(std::max<int64_t>(1, steps)), why);
     }
     if (trainer_.total_steps && is_auto_at("scheduler.params.total_num_steps")) {
