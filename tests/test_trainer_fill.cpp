@@ -129,6 +129,17 @@ TEST(TrainerFill, SixteenBitAutoFollowsTheDevice) {
   EXPECT_EQ(filled(c, "bf16.enabled").origin, "fp16.enabled is true");
 }
 
+// compute_data_type "auto" follows the trainer's verdict on the 16-bit speed (zero-train's is
+// agreed by every rank), not each process's own measurement.
+TEST(TrainerFill, ComputeDtypeAutoFollowsTheTrainersVerdict) {
+  const std::string text = R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
+      "bf16": {"enabled": true}, "compute_data_type": "auto", "zero_optimization": {"stage": 3}})";
+  EXPECT_EQ(parse_config(text, 1, kSource, trainer_with(false, false)).compute_dtype,
+            c10::ScalarType::Float);
+  EXPECT_EQ(parse_config(text, 1, kSource, trainer_with(true, false)).compute_dtype,
+            c10::ScalarType::BFloat16);
+}
+
 TEST(TrainerFill, BatchKeysTheConfigDeterminesAreSolvedNotFilled) {
   TrainerValues trainer = trainer_with(false, false);
   // train_batch_size 32 with "auto" micro-batch and accumulation at 2 ranks: the micro-batch is

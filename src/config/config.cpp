@@ -397,7 +397,8 @@ c10::ScalarType parse_dtype_name(const std::string& name) {
 
 // compute_data_type (a zero extension; Note [Compute dtype] in zero/config.h). Needs the
 // parameter dtype and the stage, so it runs after parse_precision and parse_zero.
-void parse_compute_dtype(const ObjectView& top, Config& config, bool communication_given) {
+void parse_compute_dtype(const ObjectView& top, Config& config, bool communication_given,
+                         const TrainerValues* trainer) {
   const char* key = "compute_data_type";
   const char* expected = "one of \"auto\", \"fp32\", \"bf16\", \"fp16\" (case-insensitive), or "
                          "null (compute in the parameter dtype)";
@@ -414,7 +415,13 @@ void parse_compute_dtype(const ObjectView& top, Config& config, bool communicati
   if (value == "auto") {
     config.compute_dtype_auto = true;
     if (config.param_dtype == c10::ScalarType::Float) return;  // nothing 16-bit to decide
-    if (!measured_gemm_rates().slow(config.param_dtype)) return;
+    // A trainer's verdict on the 16-bit speed (zero-train's is agreed by every rank) wins over
+    // this process's own measurement.
+    const std::optional<bool> fast =
+        trainer == nullptr ? std::nullopt
+        : config.param_dtype == c10::ScalarType::BFloat16 ? trainer->bf16_fast
+                                                           : trainer->fp16_fast;
+    if (fast ? *fast : !measured_gemm_rates().slow(config.param_dtype)) return;
     // 16-bit GEMMs are slow here: compute in fp32. Stage 3 keeps 16-bit storage and
     // collectives; at stages 0-2 the parameters are the compute copy, so they become fp32
     // (and so does the default communication dtype, which follows them).
@@ -1245,7 +1252,8 @@ std::string effective_json(const Config& config) {
 namespace {
 
 // The parse proper, of a config whose "auto" values a trainer may have filled (parse_text).
-Config parse_root(const Json& root, int world_size, const std::string& source) {
+Config parse_root(const Json& root, int world_size, const std::string& source,
+                  const TrainerValues* trainer) {
   const ObjectView top(root, "", source);
   Config config;
   top.check_keys_ignoring_extras(all_keys(config_detail::top_level_implemented_keys(),
@@ -1259,7 +1267,7 @@ Config parse_root(const Json& root, int world_size, const std::string& source) {
   parse_optimizer(top, config);
   const bool communication_given = parse_precision(top, config);
   parse_zero(top, config);
-  parse_compute_dtype(top, config, communication_given);
+  parse_compute_dtype(top, config, communication_given, trainer);
   parse_gradient_scaling(top, config);
   parse_data_types(top, config);
   parse_scheduler(top, config);
@@ -1285,7 +1293,7 @@ Config parse_text(const std::string& json_text, int world_size, const std::strin
   if (trainer != nullptr) {
     filled = config_detail::fill_from_trainer(root, *trainer, world_size, source);
   }
-  Config config = parse_root(root, world_size, source);
+  Config config = parse_root(root, world_size, source, trainer);
   if (trainer != nullptr) {
     config_detail::check_trainer_batch(config, *trainer);
     // Sizes the trainer made from the model's width are not the user's: Note [Fitting the
