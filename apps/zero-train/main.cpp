@@ -56,7 +56,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -120,21 +119,6 @@ struct Options {
   zero::TrainerValues trainer;
 };
 
-// The command-line names of the TrainingArguments zero-train takes, for messages.
-const std::map<std::string, std::string>& trainer_flag_names() {
-  static const std::map<std::string, std::string> names = {
-      {"per_device_train_batch_size", "--micro-batch"},
-      {"gradient_accumulation_steps", "--grad-accum"},
-      {"learning_rate", "--lr"},
-      {"weight_decay", "--weight-decay"},
-      {"adam_beta1", "--adam-beta1"},
-      {"adam_beta2", "--adam-beta2"},
-      {"adam_epsilon", "--adam-epsilon"},
-      {"max_grad_norm", "--max-grad-norm"},
-      {"warmup_steps", "--warmup-steps"},
-      {"max_steps", "--steps"}};
-  return names;
-}
 
 std::string checkpoint_dir(const Options& o) {
   return o.checkpoint_dir.empty() ? o.out + "/checkpoints" : o.checkpoint_dir;
@@ -287,9 +271,12 @@ zero::Config load_filled_config(const Options& o, const zero::gpt2::GPT2Config& 
     const int64_t micro_batch = fit ? candidate : trainer.micro_batch.value;
     trainer.micro_batch.value = micro_batch;
     config = zero::load_config(o.config_path, world, trainer);
+    // Whether the micro-batch is the trainer's (filled, or a factor of a filled total): its
+    // value is named by its flag in the origin.
+    const std::string& flag = trainer.names.at("per_device_train_batch_size");
     const bool filled = std::any_of(config.filled.begin(), config.filled.end(),
-                                    [](const zero::FilledValue& v) {
-                                      return v.origin.find("--micro-batch") != std::string::npos;
+                                    [&](const zero::FilledValue& v) {
+                                      return v.origin.find(flag) != std::string::npos;
                                     });
     if (!fit || !filled || micro_batch == 1) break;
     zero::PlanModel plan_model = model.plan_model(micro_batch, seq, config.compute_dtype);
@@ -1290,32 +1277,42 @@ int main(int argc, char** argv) {
   // The trainer's values (zero::TrainerValues): they fill only what the config leaves open
   // ("auto", or no optimizer section); defaults are the Hugging Face Trainer's.
   zero::TrainerValues& t = o.trainer;
-  t.names = trainer_flag_names();
-  const std::string fills = " (fills \"auto\" ";
-  app.add_option("--micro-batch", t.micro_batch.value,
-                 "sequences per micro-batch and rank" + fills + "train_micro_batch_size_per_gpu; "
-                 "default: the largest of 8, 4, 2, 1 that fits memory)")
+  t.names["max_steps"] = "--steps";
+  // Each option fills one TrainingArguments value: it is named by its flag in messages, and
+  // "given" when on the command line (set after parsing).
+  std::vector<std::pair<CLI::Option*, bool*>> trainer_options;
+  // `help` ends inside its parenthesis, which this closes.
+  auto trainer_option = [&](const char* flag, const char* argument, auto& value,
+                            const std::string& help) {
+    t.names[argument] = flag;
+    CLI::Option* option = app.add_option(flag, value.value, help + ")");
+    trainer_options.emplace_back(option, &value.given);
+    return option;
+  };
+  trainer_option("--micro-batch", "per_device_train_batch_size", t.micro_batch,
+                 "sequences per micro-batch and rank (fills \"auto\" train_micro_batch_size_per_gpu; "
+                 "default: the largest of 8, 4, 2, 1 that fits memory")
       ->check(integer_in(1, 1 << 20, "a micro-batch"));
-  app.add_option("--grad-accum", t.gradient_accumulation.value,
-                 "micro-batches per optimizer step" + fills + "gradient_accumulation_steps)")
+  trainer_option("--grad-accum", "gradient_accumulation_steps", t.gradient_accumulation,
+                 "micro-batches per optimizer step (fills \"auto\" gradient_accumulation_steps")
       ->check(integer_in(1, 1 << 20, "accumulation steps"))->capture_default_str();
-  app.add_option("--lr", t.learning_rate.value,
-                 "learning rate" + fills + "optimizer.params.lr, scheduler.params.warmup_max_lr)")
+  trainer_option("--lr", "learning_rate", t.learning_rate,
+                 "learning rate (fills \"auto\" optimizer.params.lr, scheduler.params.warmup_max_lr")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--weight-decay", t.weight_decay.value,
-                 "weight decay" + fills + "optimizer.params.weight_decay)")
+  trainer_option("--weight-decay", "weight_decay", t.weight_decay,
+                 "weight decay (fills \"auto\" optimizer.params.weight_decay")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--adam-beta1", t.adam_beta1.value, "Adam's beta1" + fills + "betas)")
+  trainer_option("--adam-beta1", "adam_beta1", t.adam_beta1, "Adam's beta1 (fills \"auto\" betas")
       ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
-  app.add_option("--adam-beta2", t.adam_beta2.value, "Adam's beta2" + fills + "betas)")
+  trainer_option("--adam-beta2", "adam_beta2", t.adam_beta2, "Adam's beta2 (fills \"auto\" betas")
       ->check(CLI::Range(0.0, 0.999999))->capture_default_str();
-  app.add_option("--adam-epsilon", t.adam_epsilon.value, "Adam's eps" + fills + "eps)")
+  trainer_option("--adam-epsilon", "adam_epsilon", t.adam_epsilon, "Adam's eps (fills \"auto\" eps")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--max-grad-norm", t.max_grad_norm.value,
-                 "gradient clipping norm" + fills + "gradient_clipping)")
+  trainer_option("--max-grad-norm", "max_grad_norm", t.max_grad_norm,
+                 "gradient clipping norm (fills \"auto\" gradient_clipping")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--warmup-steps", t.warmup_steps.value,
-                 "warm-up steps" + fills + "scheduler.params.warmup_num_steps)")
+  trainer_option("--warmup-steps", "warmup_steps", t.warmup_steps,
+                 "warm-up steps (fills \"auto\" scheduler.params.warmup_num_steps")
       ->check(integer_at_least(0))->capture_default_str();
   zero::keep_freed_host_memory();
   std::shared_ptr<zero::Communicator> comm;
@@ -1329,15 +1326,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     o.model_given = app.count("--model") > 0;
-    t.micro_batch.given = app.count("--micro-batch") > 0;
-    t.gradient_accumulation.given = app.count("--grad-accum") > 0;
-    t.learning_rate.given = app.count("--lr") > 0;
-    t.weight_decay.given = app.count("--weight-decay") > 0;
-    t.adam_beta1.given = app.count("--adam-beta1") > 0;
-    t.adam_beta2.given = app.count("--adam-beta2") > 0;
-    t.adam_epsilon.given = app.count("--adam-epsilon") > 0;
-    t.max_grad_norm.given = app.count("--max-grad-norm") > 0;
-    t.warmup_steps.given = app.count("--warmup-steps") > 0;
+    for (const auto& [option, given] : trainer_options) *given = option->count() > 0;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) {  // --help
       if (comm->rank() == 0) return app.exit(e);

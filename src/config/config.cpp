@@ -460,23 +460,13 @@ void parse_compute_dtype(const ObjectView& top, Config& config, bool communicati
 
 // ---- zero_optimization --------------------------------------------------------------------
 
-// The stage-3 keys zero implements, each with its DeepSpeed names: the canonical one (the name
-// in effective_json) first, then its aliases. DeepSpeed's pydantic model names the field
-// without the prefix and takes the stage3_ name as its alias;
-// stage3_gather_fp16_weights_on_model_save is its deprecated name for the last one.
-struct Stage3Key {
-  std::vector<const char*> names;
-};
-const Stage3Key kPrefetchBucketSize{{"stage3_prefetch_bucket_size", "prefetch_bucket_size"}};
-const Stage3Key kParamPersistence{
-    {"stage3_param_persistence_threshold", "param_persistence_threshold"}};
-const Stage3Key kModelPersistence{
-    {"stage3_model_persistence_threshold", "model_persistence_threshold"}};
-const Stage3Key kMaxLiveParameters{{"stage3_max_live_parameters", "max_live_parameters"}};
-const Stage3Key kMaxReuseDistance{{"stage3_max_reuse_distance", "max_reuse_distance"}};
-const Stage3Key kGather16bitWeights{{"stage3_gather_16bit_weights_on_model_save",
-                                     "gather_16bit_weights_on_model_save",
-                                     "stage3_gather_fp16_weights_on_model_save"}};
+using config_detail::kGather16bitWeights;
+using config_detail::kMaxLiveParameters;
+using config_detail::kMaxReuseDistance;
+using config_detail::kModelPersistence;
+using config_detail::kParamPersistence;
+using config_detail::kPrefetchBucketSize;
+using config_detail::Stage3Key;
 
 // The name under which `key` is given (its canonical name when absent). Giving it under two
 // names is an error, as for bf16 / bfloat16 (DeepSpeed asserts for a deprecated name given with

@@ -89,11 +89,11 @@ void check_value(const std::string& source, const std::string& path, const Json&
     }
     return;
   }
-  std::string accepted = "only DeepSpeed's default " + show(expected);
-  if (alternative != nullptr) accepted += " (or " + show(*alternative) + ")";
+  std::string defaults = "DeepSpeed's default " + show(expected);
+  if (alternative != nullptr) defaults += " (or " + show(*alternative) + ")";
   refuse(source, path, given, spec,
-         spec.feature != nullptr ? "remove the key or leave it at " + accepted.substr(5)
-                                 : accepted + " is accepted");
+         spec.feature != nullptr ? "remove the key or leave it at " + defaults
+                                 : "only " + defaults + " is accepted");
 }
 
 void check_disabled_section(const ObjectView& view, const DefaultOnlyKey& spec,
@@ -141,6 +141,34 @@ void check_no_effect(const ObjectView& view, const DefaultOnlyKey& spec, const J
 }
 
 }  // namespace
+
+const Stage3Key kPrefetchBucketSize{{"stage3_prefetch_bucket_size", "prefetch_bucket_size"}};
+const Stage3Key kParamPersistence{
+    {"stage3_param_persistence_threshold", "param_persistence_threshold"}};
+const Stage3Key kModelPersistence{
+    {"stage3_model_persistence_threshold", "model_persistence_threshold"}};
+const Stage3Key kMaxLiveParameters{{"stage3_max_live_parameters", "max_live_parameters"}};
+const Stage3Key kMaxReuseDistance{{"stage3_max_reuse_distance", "max_reuse_distance"}};
+const Stage3Key kGather16bitWeights{{"stage3_gather_16bit_weights_on_model_save",
+                                     "gather_16bit_weights_on_model_save",
+                                     "stage3_gather_fp16_weights_on_model_save"}};
+
+std::string canonical_key_path(const std::string& path) {
+  const std::string bf16_alias = "bfloat16.";
+  if (path.compare(0, bf16_alias.size(), bf16_alias) == 0) {
+    return "bf16." + path.substr(bf16_alias.size());
+  }
+  const std::string zero = "zero_optimization.";
+  if (path.compare(0, zero.size(), zero) != 0) return path;
+  const std::string key = path.substr(zero.size());
+  for (const Stage3Key* stage3 : {&kPrefetchBucketSize, &kParamPersistence, &kModelPersistence,
+                                  &kMaxLiveParameters, &kMaxReuseDistance, &kGather16bitWeights}) {
+    for (const char* name : stage3->names) {
+      if (key == name) return zero + stage3->names.front();
+    }
+  }
+  return path;
+}
 
 const std::vector<DefaultOnlyKey>& top_level_default_only() {
   static const std::vector<DefaultOnlyKey> keys = {

@@ -69,6 +69,25 @@ const std::vector<std::string>& warmup_decay_lr_params_keys();
 const std::vector<std::string>& warmup_cosine_lr_params_keys();
 const std::vector<std::string>& csv_monitor_keys();
 
+/// A stage-3 key zero implements, with its DeepSpeed names: the canonical one (the name in
+/// effective_json) first, then its aliases. DeepSpeed's pydantic model names the field without
+/// the prefix and takes the stage3_ name as its alias; stage3_gather_fp16_weights_on_model_save
+/// is its deprecated name for kGather16bitWeights.
+struct Stage3Key {
+  std::vector<const char*> names;
+};
+extern const Stage3Key kPrefetchBucketSize;
+extern const Stage3Key kParamPersistence;
+extern const Stage3Key kModelPersistence;
+extern const Stage3Key kMaxLiveParameters;
+extern const Stage3Key kMaxReuseDistance;
+extern const Stage3Key kGather16bitWeights;
+
+/// The path effective_json names a key by, for a path given under another name
+/// ("bfloat16.enabled" -> "bf16.enabled", "zero_optimization.prefetch_bucket_size" ->
+/// "zero_optimization.stage3_prefetch_bucket_size"); other paths unchanged.
+std::string canonical_key_path(const std::string& path);
+
 /// Implemented keys followed by the default-only ones.
 std::vector<std::string> all_keys(const std::vector<std::string>& implemented,
                                   const std::vector<DefaultOnlyKey>& default_only);

@@ -235,10 +235,10 @@ bool inert(const Json& value) {
   return enabled != value.end() && enabled->is_boolean() && !enabled->get<bool>();
 }
 
-// Why an unknown key of `view` looks like a mistake, as the end of its error message; empty
-// when it does not (only used at the top level: check_keys treats every unknown key as one).
-std::string mistake_hint(const ObjectView& view, const std::string& key,
-                         const std::vector<std::string>& known, bool every_key) {
+// Why an unknown key of `view` looks like a mistake (Note [Unknown keys]), as the end of its
+// error message; nullopt when it does not.
+std::optional<std::string> mistake_hint(const ObjectView& view, const std::string& key,
+                                        const std::vector<std::string>& known) {
   const std::string suggestion = closest_match(key, known);
   if (!suggestion.empty()) return "; did you mean '" + view.key_path(suggestion) + "'?";
   const std::optional<std::string> section = section_knowing(key, view.path());
@@ -263,13 +263,15 @@ std::string mistake_hint(const ObjectView& view, const std::string& key,
       }
     }
   }
-  if (!every_key) return "";
-  std::string hint;
-  if (known.size() <= 16) {
-    hint = "; known keys:";
-    for (size_t i = 0; i < known.size(); ++i) hint += (i ? ", " : " ") + known[i];
-  }
-  return hint.empty() ? " " : hint;
+  return std::nullopt;
+}
+
+// "; known keys: a, b, c" when there are few enough to list, else "".
+std::string known_keys_hint(const std::vector<std::string>& known) {
+  if (known.size() > 16) return "";
+  std::string hint = "; known keys:";
+  for (size_t i = 0; i < known.size(); ++i) hint += (i ? ", " : " ") + known[i];
+  return hint;
 }
 
 }  // namespace
@@ -278,9 +280,8 @@ void ObjectView::check_keys(const std::vector<std::string>& known) const {
   for (const auto& item : object_->items()) {
     const std::string& key = item.key();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string hint = mistake_hint(*this, key, known, /*every_key=*/true);
-    if (hint == " ") hint.clear();
-    fail(source_, "unknown key '" + key_path(key) + "'" + hint);
+    fail(source_, "unknown key '" + key_path(key) + "'" +
+                      mistake_hint(*this, key, known).value_or(known_keys_hint(known)));
   }
 }
 
@@ -289,8 +290,9 @@ void ObjectView::check_keys_ignoring_extras(const std::vector<std::string>& know
   for (const auto& item : object_->items()) {
     const std::string& key = item.key();
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    const std::string hint = mistake_hint(*this, key, known, /*every_key=*/false);
-    if (!hint.empty()) fail(source_, "unknown key '" + key_path(key) + "'" + hint);
+    if (const std::optional<std::string> hint = mistake_hint(*this, key, known)) {
+      fail(source_, "unknown key '" + key_path(key) + "'" + *hint);
+    }
     notes.push_back("unknown key '" + key_path(key) +
                     "' ignored: not a DeepSpeed key (DeepSpeed ignores it too)");
   }

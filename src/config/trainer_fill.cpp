@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "config/keys.h"
 #include "zero/error.h"
 #include "zero/gemm_rates.h"
 
@@ -45,9 +46,10 @@ void collect_auto(const Json& value, const std::string& path, std::vector<std::s
   }
 }
 
-// The value at a dotted path of objects, or nullptr.
-Json* find_path(Json& root, const std::string& path) {
-  Json* node = &root;
+// The value at a dotted path of objects, or nullptr (JsonT: Json or const Json).
+template <typename JsonT>
+JsonT* find_path(JsonT& root, const std::string& path) {
+  JsonT* node = &root;
   size_t begin = 0;
   while (true) {
     const size_t dot = path.find('.', begin);
@@ -59,6 +61,12 @@ Json* find_path(Json& root, const std::string& path) {
     if (dot == std::string::npos) return node;
     begin = dot + 1;
   }
+}
+
+// How a TrainingArguments value is named in messages (zero-train: its flag).
+std::string argument_name(const TrainerValues& trainer, const std::string& argument) {
+  auto it = trainer.names.find(argument);
+  return it == trainer.names.end() ? argument : it->second;
 }
 
 std::string number_text(double value) {
@@ -83,11 +91,7 @@ class Filler {
   }
 
  private:
-  // How a TrainingArguments value is named in messages (zero-train: its flag).
-  std::string name(const std::string& argument) const {
-    auto it = trainer_.names.find(argument);
-    return it == trainer_.names.end() ? argument : it->second;
-  }
+  std::string name(const std::string& argument) const { return argument_name(trainer_, argument); }
 
   template <typename T>
   std::string origin(const std::string& argument, const TrainerValues::Value<T>& value) const {
@@ -302,15 +306,15 @@ class Filler {
     }
     const Json* stage = find_path(root_, "zero_optimization.stage");
     if (stage == nullptr || json_to_integer(*stage) != std::optional<int64_t>(3)) return;
-    for (const char* path : {"zero_optimization.stage3_prefetch_bucket_size",
-                             "zero_optimization.prefetch_bucket_size"}) {
+    for (const char* name : kPrefetchBucketSize.names) {
+      const std::string path = join_path("zero_optimization", name);
       if (is_auto_at(path)) {
         put(path, Json(static_cast<int64_t>(0.9 * static_cast<double>(h * h))),
             "0.9 x " + width + " squared");
       }
     }
-    for (const char* path : {"zero_optimization.stage3_param_persistence_threshold",
-                             "zero_optimization.param_persistence_threshold"}) {
+    for (const char* name : kParamPersistence.names) {
+      const std::string path = join_path("zero_optimization", name);
       if (is_auto_at(path)) put(path, Json(10 * h), "10 x " + width);
     }
   }
@@ -325,24 +329,6 @@ class Filler {
 bool is_batch_key(const std::string& path) {
   return path == "train_batch_size" || path == "train_micro_batch_size_per_gpu" ||
          path == "gradient_accumulation_steps";
-}
-
-// The effective_json path of a key given under another name.
-std::string canonical_path(const std::string& path) {
-  static const std::vector<std::pair<std::string, std::string>> renames = {
-      {"bfloat16.", "bf16."},
-      {"zero_optimization.prefetch_bucket_size", "zero_optimization.stage3_prefetch_bucket_size"},
-      {"zero_optimization.param_persistence_threshold",
-       "zero_optimization.stage3_param_persistence_threshold"},
-      {"zero_optimization.model_persistence_threshold",
-       "zero_optimization.stage3_model_persistence_threshold"},
-      {"zero_optimization.max_live_parameters", "zero_optimization.stage3_max_live_parameters"},
-      {"zero_optimization.max_reuse_distance", "zero_optimization.stage3_max_reuse_distance"},
-  };
-  for (const auto& [from, to] : renames) {
-    if (path.compare(0, from.size(), from) == 0) return to + path.substr(from.size());
-  }
-  return path;
 }
 
 }  // namespace
@@ -368,8 +354,7 @@ void record_left_open(const std::vector<std::string>& autos, const std::string& 
   const Json effective = Json::parse(effective_json);
   for (const std::string& path : autos) {
     if (was_filled(filled, path)) continue;
-    Json copy = effective;
-    const Json* value = find_path(copy, canonical_path(path));
+    const Json* value = find_path(effective, canonical_key_path(path));
     FilledValue entry{path, value != nullptr ? show(*value) : "its default",
                       is_batch_key(path) ? "solved from the other batch keys"
                                          : "DeepSpeed's default"};
@@ -381,10 +366,7 @@ void record_left_open(const std::vector<std::string>& autos, const std::string& 
 }
 
 void check_trainer_batch(const Config& config, const TrainerValues& trainer) {
-  auto name = [&](const std::string& argument) {
-    auto it = trainer.names.find(argument);
-    return it == trainer.names.end() ? argument : it->second;
-  };
+  auto name = [&](const std::string& argument) { return argument_name(trainer, argument); };
   auto check = [&](const TrainerValues::Value<int64_t>& value, int64_t solved,
                    const std::string& argument, const std::string& key) {
     if (!value.given || value.value == solved) return;
