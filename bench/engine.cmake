@@ -16,3 +16,7 @@ target_compile_options(bench_offload PRIVATE ${ZERO_WARNINGS})
 add_executable(bench_memory_plan ${CMAKE_CURRENT_LIST_DIR}/bench_memory_plan.cpp)
 target_link_libraries(bench_memory_plan PRIVATE zero zero_gpt2 CLI11::CLI11)
 target_compile_options(bench_memory_plan PRIVATE ${ZERO_WARNINGS})
+# Note [Collective signatures]: their cost per step (comm/mpi_communicator.h's options).
+add_executable(bench_collective_checks ${CMAKE_CURRENT_LIST_DIR}/bench_collective_checks.cpp)
+target_link_libraries(bench_collective_checks PRIVATE zero_gpt2_internal CLI11::CLI11)
+target_compile_options(bench_collective_checks PRIVATE ${ZERO_WARNINGS})

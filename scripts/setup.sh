@@ -36,38 +36,28 @@ if [ "${have_torch%%+*}" != "$TORCH_VERSION" ]; then
   echo "setup: installing torch==$TORCH_VERSION from PyPI (found: ${have_torch:-none})"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
-# The safetensors reference implementation, only for the test that reads our exported files
-# with it (tests/checkpoint/check_python_interop.py); that test skips without it.
-SAFETENSORS_VERSION=0.8.0
-if ! "$PYTHON" -c 'import safetensors' 2>/dev/null; then
-  echo "setup: installing safetensors==$SAFETENSORS_VERSION from PyPI (interop test)"
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check "safetensors==$SAFETENSORS_VERSION" ||
-    echo "setup: safetensors not installed; its interop test will be skipped"
-fi
-# Hugging Face transformers, only for the test that loads a zero-ckpt export with
-# GPT2LMHeadModel.from_pretrained (tests/train/check_hf_export.sh); skipped without it.
-TRANSFORMERS_VERSION=5.23.0
-if ! "$PYTHON" -c 'import transformers' 2>/dev/null; then
-  echo "setup: installing transformers==$TRANSFORMERS_VERSION from PyPI (export test)"
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" ||
-    echo "setup: transformers not installed; its export test will be skipped"
-fi
-# tiktoken, only for the test and benchmark that compare zero's GPT-2 encoder with it
-# (tests/data/check_encoder_vs_tiktoken.py, bench/encoder_vs_tiktoken.py); skipped without it.
-TIKTOKEN_VERSION=0.14.0
-if ! "$PYTHON" -c 'import tiktoken' 2>/dev/null; then
-  echo "setup: installing tiktoken==$TIKTOKEN_VERSION from PyPI (encoder test)"
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check "tiktoken==$TIKTOKEN_VERSION" ||
-    echo "setup: tiktoken not installed; the encoder's comparison test will be skipped"
-fi
-# tensorboard, only for the test that reads zero's event files with its reader
-# (tests/train/check_tensorboard.py); skipped without it.
-TENSORBOARD_VERSION=2.20.0
-if ! "$PYTHON" -c 'import tensorboard' 2>/dev/null; then
-  echo "setup: installing tensorboard==$TENSORBOARD_VERSION from PyPI (event file test)"
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION" ||
-    echo "setup: tensorboard not installed; its event file test will be skipped"
-fi
+# Python packages only the tests and benchmarks that compare with them use; such a test skips
+# without its package, and scripts/test.sh lists the skip. With ZERO_REQUIRE_ALL_TESTS=1 (CI)
+# a failed install fails setup instead.
+install_optional() {  # MODULE PIP_NAME VERSION PURPOSE
+  "$PYTHON" -c "import $1" 2>/dev/null && return 0
+  echo "setup: installing $2==$3 from PyPI ($4)"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check "$2==$3" && return 0
+  if [ "${ZERO_REQUIRE_ALL_TESTS:-0}" = 1 ]; then
+    echo "setup: $2 could not be installed, and every test must run here"; exit 1
+  fi
+  echo "setup: $2 not installed; $4 will be skipped"
+}
+# The safetensors reference implementation: tests/checkpoint/check_python_interop.py.
+install_optional safetensors safetensors 0.8.0 "the safetensors interop test"
+# Hugging Face transformers: loads zero-ckpt exports (tests/train/check_hf_export.sh), makes the
+# pretrained directories (tests/models/), and is the reference for zero-generate.
+install_optional transformers transformers 5.23.0 "the Hugging Face tests"
+# tiktoken: zero's GPT-2 encoder against it (tests/data/check_encoder_vs_tiktoken.py,
+# bench/encoder_vs_tiktoken.py).
+install_optional tiktoken tiktoken 0.14.0 "the encoder's comparison test"
+# tensorboard: reads zero's event files (tests/train/check_tensorboard.py).
+install_optional tensorboard tensorboard 2.20.0 "the event file test"
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
 
 # Linked with --as-needed, as Ubuntu's toolchain links by default (Debian's does not): a library

@@ -6,7 +6,7 @@ if(TARGET zero-train)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cluster/check_cluster.sh ${PROJECT_BINARY_DIR}
                    ${PROJECT_SOURCE_DIR})
   # RESOURCE_LOCK: one cluster test at a time (they share the test cluster's id).
-  set_tests_properties(cluster_equivalence_and_resume PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
+  set_tests_properties(cluster_equivalence_and_resume PROPERTIES TIMEOUT 900
                        RESOURCE_LOCK zero_cluster)
 endif()
 if(TARGET zero-train AND TARGET zero-ckpt)
@@ -14,5 +14,5 @@ if(TARGET zero-train AND TARGET zero-ckpt)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cluster/check_cluster_faults.sh ${PROJECT_BINARY_DIR}
                    ${PROJECT_SOURCE_DIR})
   set_tests_properties(cluster_faults_and_elastic_resume PROPERTIES TIMEOUT 900
-                       SKIP_RETURN_CODE 77 RESOURCE_LOCK zero_cluster)
+                       RESOURCE_LOCK zero_cluster)
 endif()

@@ -4,7 +4,8 @@
 if(TARGET zero_cuda)
   # White-box (it reads whether the engine offloads), so on the static libraries.
   zero_add_test(NAME test_cuda SOURCES test_cuda.cpp RANKS 1 2 INTERNAL
-                LIBS zero_engine_harness_internal zero_cuda_internal zero::torch_cuda TIMEOUT 900)
+                LIBS zero_engine_harness_internal zero_cuda_internal zero::torch_cuda TIMEOUT 900
+                LABELS gpu)
 endif()
 # A program linking the shared zero_cuda alone (no libtorch CUDA library on its own link line)
 # has libtorch's CUDA kernels registered: runs without a GPU, so CI checks the linkage.

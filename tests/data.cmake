@@ -7,9 +7,8 @@ zero_add_test(NAME test_encoder SOURCES test_encoder.cpp TIMEOUT 300)
 target_compile_definitions(test_encoder PRIVATE ZERO_DATA_DIR="${PROJECT_SOURCE_DIR}/data")
 # zero-tokenize against tiktoken (from the same local vocabulary files) on the three corpora
 # and on fuzzed UTF-8; skips without the tiktoken package (scripts/setup.sh installs it).
-find_program(ZERO_PYTHON3_FOR_ENCODER NAMES python3)  # the one on PATH, where pip installs
 add_test(NAME encoder_vs_tiktoken
-         COMMAND ${ZERO_PYTHON3_FOR_ENCODER} ${CMAKE_CURRENT_SOURCE_DIR}/data/check_encoder_vs_tiktoken.py
+         COMMAND ${ZERO_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/data/check_encoder_vs_tiktoken.py
                  $<TARGET_FILE:zero-tokenize> ${PROJECT_SOURCE_DIR}/data
                  ${CMAKE_CURRENT_BINARY_DIR}/encoder_vs_tiktoken)
 set_tests_properties(encoder_vs_tiktoken PROPERTIES TIMEOUT 300)

@@ -51,3 +51,6 @@ zero_add_test(NAME test_device_offload SOURCES test_device_offload.cpp
 # ZeRO++ (Note [ZeRO++]): on virtual nodes of 2 ranks (INTERNAL: the MPI communicator's options).
 zero_add_test(NAME test_zeropp SOURCES test_zeropp.cpp INTERNAL LIBS zero_engine_harness_internal
               RANKS 4 6 TIMEOUT 300)
+# Note [Collective signatures]: ranks on different code paths stopped at once, by name.
+zero_add_test(NAME test_collective_mismatch SOURCES test_collective_mismatch.cpp
+              LIBS zero_engine_harness RANKS 1 2 3 TIMEOUT 300)

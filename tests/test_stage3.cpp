@@ -411,6 +411,34 @@ TEST(Stage3, EvaluationForwardMatchesWholeModel) {
   EXPECT_TRUE(at::equal(partitioned_logits, whole_logits));
 }
 
+// Incremental decoding with the KV cache (zero-train's samples) under stage 3: each unit is
+// gathered for its call, and the logits are those of the whole model's cached forward.
+TEST(Stage3, CachedForwardMatchesWholeModel) {
+  auto comm = world();
+  const ModelSpec spec = tiny_gpt2_spec();
+  RunOptions options;
+  options.stage = 3;
+  options.extra_zero_json = kPartitioned;
+  RunResult run = run_engine(spec, options, comm);
+  auto& gpt = dynamic_cast<gpt2::GPT2Impl&>(*run.model);
+  const at::Tensor x = spec.batch(98, 1).first;
+  const auto decode = [&] {
+    at::NoGradGuard no_grad;
+    gpt2::KVCache cache;
+    std::vector<at::Tensor> pieces = {gpt.forward_cached(x.narrow(1, 0, 3), cache)};
+    for (int64_t t = 3; t < x.size(1); ++t) pieces.push_back(gpt.forward_cached(x.narrow(1, t, 1), cache));
+    return at::cat(pieces, 1);
+  };
+  const at::Tensor partitioned_logits = decode();
+  at::Tensor whole_logits;
+  {
+    GatheredParameters whole(*run.engine, run.model->parameters());
+    whole_logits = decode();
+  }
+  EXPECT_TRUE(at::equal(partitioned_logits, whole_logits));
+  EXPECT_EQ(partitioned_logits.size(1), x.size(1));
+}
+
 // Building under zero::ShardedInit partitions each unit as it is declared: the finished model
 // holds no full copy of a partitioned parameter, and training is bit for bit the same as
 // partitioning the finished model in zero::initialize (both start from rank 0's values).

@@ -8,6 +8,11 @@
 
 #include "zero/comm.h"
 
+/// Skips a test that needs another number of ranks; the same binary's ctest entry at that
+/// count runs it. The skip report checks that it did (Note [Skipped tests are counted] in
+/// tests/test_main.cpp): a skip with this prefix is not an untested case.
+#define ZERO_SKIP_AT_THIS_RANK_COUNT(reason) GTEST_SKIP() << "[rank count] " << reason
+
 namespace zero::test {
 
 /// The MPI_COMM_WORLD communicator, created on first use and shared by every test of the

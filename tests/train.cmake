@@ -119,6 +119,15 @@ if(TARGET zero-train)
   add_test(NAME zero_train_bad_inputs
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_bad_inputs.sh $<TARGET_FILE:zero-train>
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/bad-inputs)
+  # The memory plan against every rank's peak resident set, within 5 %, for the whole run
+  # (evaluation and samples included): the demo's config, fp32 at stage 3, NVMe offload.
+  add_test(NAME zero_train_plan_vs_rss
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_plan_vs_rss.sh $<TARGET_FILE:zero-train>
+                   ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/plan-vs-rss)
+  set_tests_properties(zero_train_plan_vs_rss PROPERTIES TIMEOUT 900)
+  add_test(NAME zero_train_disk_full
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_disk_full.sh $<TARGET_FILE:zero-train>
+                   ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/disk-full)
   # The shapes real DeepSpeed configs come in (Hugging Face "auto", no optimizer, keys that
   # change nothing, refused features): trained 3 steps or refused in one line. On a CPU with
   # slow 16-bit GEMMs (ZERO_GEMM_RATES), so "auto" precision is fp32 anywhere.
@@ -137,7 +146,8 @@ if(TARGET zero-train)
                    ${CMAKE_CURRENT_BINARY_DIR}/train/stage2.json
                    ${CMAKE_CURRENT_BINARY_DIR}/train/run-collective-timeout)
   set_tests_properties(zero_train_collective_timeout PROPERTIES TIMEOUT 300)
-  set_tests_properties(zero_train_deepspeed_example zero_train_bad_inputs zero_train_interrupt
+  set_tests_properties(zero_train_deepspeed_example zero_train_bad_inputs zero_train_disk_full
+                       zero_train_interrupt
                        PROPERTIES TIMEOUT 900)
   # Resuming from a checkpoint (--save-every, --resume) at stages 2 and 3 gives bitwise the
   # metrics of an uninterrupted run, in fp16 with dynamic loss scaling, a scheduler, gradient
@@ -167,14 +177,12 @@ if(TARGET zero-train)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_readme_usage.sh $<TARGET_FILE:zero-train>
                    ${PROJECT_SOURCE_DIR}/README.md)
   # An export loads in Hugging Face transformers (skipped, exit 77, without it).
-  find_program(ZERO_PYTHON3 NAMES python3)  # the one on PATH, where pip installs
   if(TARGET zero-ckpt AND ZERO_PYTHON3)
     add_test(NAME zero_ckpt_export_from_pretrained
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_hf_export.sh $<TARGET_FILE:zero-train>
                      ${ZERO_RUN_SCRIPT} $<TARGET_FILE:zero-ckpt> ${ZERO_PYTHON3}
                      ${CMAKE_CURRENT_BINARY_DIR}/train/hf-export)
-    set_tests_properties(zero_ckpt_export_from_pretrained PROPERTIES TIMEOUT 600
-                         SKIP_RETURN_CODE 77)
+    set_tests_properties(zero_ckpt_export_from_pretrained PROPERTIES TIMEOUT 600)
   endif()
   # The tensorboard section's event files, read back with the tensorboard package (skipped,
   # exit 77, without it).
@@ -183,7 +191,7 @@ if(TARGET zero-train)
              COMMAND ${ZERO_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/train/check_tensorboard.py
                      ${ZERO_RUN_SCRIPT} $<TARGET_FILE:zero-train>
                      ${CMAKE_CURRENT_BINARY_DIR}/train/tensorboard)
-    set_tests_properties(zero_train_tensorboard PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+    set_tests_properties(zero_train_tensorboard PROPERTIES TIMEOUT 300)
   endif()
   # The DeepSpeed example and the resume tests train in fp16, and libtorch 1.x (Debian's
   # libtorch-dev) has no fp16 CPU kernels for LayerNorm or matmul: reported as disabled there

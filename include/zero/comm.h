@@ -129,6 +129,10 @@ struct ZERO_API CollectiveOptions {
   void* stream = nullptr;
   /// reduce_scatter, all_gather and all_to_all: the ranks it runs over (others: kAll only).
   CollectiveGroup group = CollectiveGroup::kAll;
+  /// What the collective is for ("stage-3 gather of unit 'h.1', forward pass"): part of its
+  /// signature, which every rank's copy must match (Note [Collective signatures] in
+  /// src/comm/collective_signature.h), and named when they do not. The same on every rank.
+  std::string label;
 };
 
 /// What a backend guarantees beyond the interface.

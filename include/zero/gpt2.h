@@ -173,9 +173,9 @@ class ZERO_API GPT2Impl : public torch::nn::Module {
   at::Tensor forward_loss(const at::Tensor& idx, const at::Tensor& targets);
   /// Logits [B, T, vocab] of `idx` [B, T] as the positions after those in `cache`, which is
   /// extended by them: prefill a prompt with an empty cache, then one token at a time. Equal
-  /// to forward() on the whole sequence to rounding. For inference (no grad) of a model whose
-  /// parameters are whole (no ZeRO stage-3 engine); the cache and the new positions must fit
-  /// the context (n_positions).
+  /// to forward() on the whole sequence to rounding. For inference (no grad); under a stage-3
+  /// engine a collective, as forward is (every rank the same calls). The cache and the new
+  /// positions must fit the context (n_positions).
   at::Tensor forward_cached(const at::Tensor& idx, KVCache& cache);
   const GPT2Config& config() const { return config_; }
   /// Trainable elements, the tied lm_head counted once (as HF's num_parameters()).

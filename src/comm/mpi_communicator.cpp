@@ -56,6 +56,7 @@
 #include <utility>
 
 #include "comm/collective_call.h"
+#include "comm/collective_signature.h"
 #include "comm/collective_watchdog.h"
 #include "comm/reduce_kernels.h"
 #include "comm/shared_segments.h"
@@ -257,6 +258,7 @@ class MpiCommunicator final : public Communicator {
     segment_bytes_ = std::min(options.ring_segment_bytes, options.max_message_bytes);
     max_message_bytes_ = options.max_message_bytes;
     ring_all_gather_ = options.ring_all_gather;
+    check_signatures_ = options.check_signatures;
 
     MpiRuntime::ensure_initialized();
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
@@ -611,10 +613,14 @@ class MpiCommunicator final : public Communicator {
       stats_ += counted;
     }
     auto work = std::make_shared<MpiWork>(counted);
+    CollectiveSignature signature;
+    if (watched && check_signatures_) signature = signature_of(call, options.label);
     std::function<void()> run = [this, op = call.op, bytes, watched, body = std::move(body),
-                                 timeout = options.timeout_seconds] {
+                                 timeout = options.timeout_seconds,
+                                 signature = std::move(signature)] {
       if (!watched) return body();
       const CollectiveWatchdog::Scope scope(*watchdog_, op, bytes, timeout);
+      if (check_signatures_) agree_on_signature(signature);
       body();
     };
     if (std::this_thread::get_id() == progress_id_) {
@@ -650,10 +656,14 @@ class MpiCommunicator final : public Communicator {
           task.run();
         } catch (const std::exception& e) {
           error = std::current_exception();
-          if (task.breaks_sequence) broken = "an earlier " + std::string(task.op) + " failed: " + e.what();
+          if (task.breaks_sequence || diverged_) {
+            broken = "an earlier " + std::string(task.op) + " failed: " + e.what();
+          }
         } catch (...) {
           error = std::current_exception();
-          if (task.breaks_sequence) broken = "an earlier " + std::string(task.op) + " failed";
+          if (task.breaks_sequence || diverged_) {
+            broken = "an earlier " + std::string(task.op) + " failed";
+          }
         }
       }
       task.work->finish(error);
@@ -730,6 +740,34 @@ class MpiCommunicator final : public Communicator {
 
   // Note: one set of argument checks and messages for every backend (comm/collective_call.h).
   std::string describe(const Call& call) const { return checker_.describe(call); }
+
+  // Note [Collective signatures]: on the progress thread, before the collective's data moves.
+  // Every rank takes part whatever its signature, so every rank learns of a difference in the
+  // same exchange and throws the same message.
+  void agree_on_signature(const CollectiveSignature& signature) {
+    const int64_t number = ++signatures_compared_;
+    if (size_ == 1) return;
+    const Call call{"collective signature check"};
+    // MIN of the hash and of its complement: the least and (complemented) the greatest hash.
+    int64_t extremes[2] = {static_cast<int64_t>(signature.hash),
+                           static_cast<int64_t>(~signature.hash)};
+    check_mpi(call, MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_INT64_T, MPI_MIN, comm_),
+              "MPI_Allreduce (signature hashes)");
+    if (extremes[0] == ~extremes[1]) return;
+    constexpr int kTextBytes = 1024;  // a signature's text, cut to fit
+    std::vector<char> mine(kTextBytes, '\0');
+    signature.text.copy(mine.data(), kTextBytes - 1);
+    std::vector<char> all(static_cast<size_t>(kTextBytes) * static_cast<size_t>(size_));
+    check_mpi(call, MPI_Allgather(mine.data(), kTextBytes, MPI_CHAR, all.data(), kTextBytes,
+                                  MPI_CHAR, comm_),
+              "MPI_Allgather (signature texts)");
+    std::vector<std::string> texts;
+    for (int r = 0; r < size_; ++r) {
+      texts.emplace_back(all.data() + static_cast<size_t>(r) * kTextBytes);
+    }
+    diverged_ = true;  // the progress loop refuses every later collective
+    throw Error(mismatch_message(backend_name(), number, texts));
+  }
 
   void check_mpi(const Call& call, int rc, const char* function) const {
     if (rc == MPI_SUCCESS) return;
@@ -1026,6 +1064,10 @@ class MpiCommunicator final : public Communicator {
   bool receives_across_nodes_ = false;  // rank r-1, the ring's sender, is on another node
   std::unique_ptr<SharedSegments> shared_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // Note [Collective timeout]
+  // Note [Collective signatures]; the counter and the flag belong to the progress thread.
+  bool check_signatures_ = true;
+  int64_t signatures_compared_ = 0;
+  bool diverged_ = false;
   int rank_ = 0;
   int size_ = 1;
   CallChecker checker_{"mpi", 0, 1, c10::Device(c10::kCPU), ""};  // set once rank_ is known
@@ -1062,6 +1104,7 @@ MpiOptions MpiOptions::from_env() {
   options.collective_timeout_seconds = env::collective_timeout_seconds();
   options.ranks_per_node = env::ranks_per_node_override();
   options.hierarchical = env::hierarchical_collectives();
+  options.check_signatures = env::collective_checks();
   return options;
 }
 

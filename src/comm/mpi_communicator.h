@@ -32,10 +32,14 @@ struct MpiOptions {
   /// Hierarchical collectives where the topology allows them (ZERO_HIERARCHICAL_COLLECTIVES;
   /// Note [Hierarchical collectives] in mpi_communicator.cpp).
   bool hierarchical = true;
+  /// The ranks compare each collective's signature before it runs (ZERO_COLLECTIVE_CHECKS;
+  /// Note [Collective signatures] in collective_signature.h).
+  bool check_signatures = true;
 
-  /// ring_segment_bytes, collective_timeout_seconds, ranks_per_node and hierarchical from
-  /// ZERO_RING_SEGMENT_BYTES, ZERO_COLLECTIVE_TIMEOUT_S, ZERO_RANKS_PER_NODE and
-  /// ZERO_HIERARCHICAL_COLLECTIVES (see src/common/env.h).
+  /// ring_segment_bytes, collective_timeout_seconds, ranks_per_node, hierarchical and
+  /// check_signatures from ZERO_RING_SEGMENT_BYTES, ZERO_COLLECTIVE_TIMEOUT_S,
+  /// ZERO_RANKS_PER_NODE, ZERO_HIERARCHICAL_COLLECTIVES and ZERO_COLLECTIVE_CHECKS (see
+  /// src/common/env.h).
   static MpiOptions from_env();
 };
 

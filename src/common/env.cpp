@@ -46,6 +46,11 @@ int64_t collective_timeout_seconds() {
   return value;
 }
 
+bool collective_checks() {
+  static const bool value = flag("ZERO_COLLECTIVE_CHECKS", true);
+  return value;
+}
+
 int64_t ranks_per_node_override() {
   static const int64_t value = read_int_at_least("ZERO_RANKS_PER_NODE", 0, 0);
   return value;

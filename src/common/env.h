@@ -20,6 +20,10 @@ ZERO_INTERNAL_API int64_t ring_segment_bytes();
 /// deadline off.
 ZERO_INTERNAL_API int64_t collective_timeout_seconds();
 
+/// ZERO_COLLECTIVE_CHECKS: "1" or unset: the ranks compare every collective's signature before
+/// it runs (Note [Collective signatures], src/comm/collective_signature.h); "0": they do not.
+ZERO_INTERNAL_API bool collective_checks();
+
 /// ZERO_RANKS_PER_NODE: treat the ranks as nodes of this many consecutive ranks (node k named
 /// "virtual-node-k") instead of the machines they run on (Note [Topology], zero/comm.h): to try
 /// and test the hierarchical collectives on one machine. Must divide the world size (checked

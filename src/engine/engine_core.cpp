@@ -570,7 +570,9 @@ void EngineCore::boundary_step() {
   quiesce();
   // On the gradients' device; the step's one read back to the host is its global sum.
   at::Tensor total = local_sum_of_squares();
-  counted(comm_->all_reduce(total, ReduceOp::kSum))->wait();
+  CollectiveOptions labelled;
+  labelled.label = "the step's gradient norm";  // Note [Collective signatures]
+  counted(comm_->all_reduce(total, ReduceOp::kSum, labelled))->wait();
   const double sum_squares = total.item<double>();
   const double divisor = gradient_divisor();
   global_grad_norm_ = std::sqrt(sum_squares) / divisor;

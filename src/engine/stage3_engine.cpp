@@ -180,9 +180,14 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   // Gathering.
   // A unit fetch may be quantized and may use the hpZ secondary; others gather exactly.
   void issue_gather(int g, bool unit_fetch);
-  void all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output, bool unit_fetch);
+  void all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output, bool unit_fetch,
+                        const std::string& label);
+  // What a gather of group g issued now is for (Note [Collective signatures]): the unit and
+  // the pass, so that ranks on different paths are told where each one was.
+  std::string gather_label(int g, bool unit_fetch) const;
   void invalidate_secondaries();
-  void quantized_reduce_scatter(const at::Tensor& work, const at::Tensor& own);
+  void quantized_reduce_scatter(const at::Tensor& work, const at::Tensor& own,
+                                const std::string& label);
   void check_zeropp() const;
   void read_ahead();
   // Waits for group g's gather (if in flight) and releases its shard's lease; rethrows a
@@ -542,6 +547,14 @@ ModelStateBytes Stage3Engine::model_state_bytes() const {
 
 // ---- gathering ---------------------------------------------------------------------------
 
+std::string Stage3Engine::gather_label(int g, bool unit_fetch) const {
+  const std::string unit = "stage-3 gather of unit '" + groups_[g].name + "'";
+  if (!unit_fetch) return unit + ", whole (zero::GatheredParameters or a checkpoint)";
+  if (in_backward_) return unit + " in the backward pass";
+  return unit + (c10::GradMode::is_enabled() ? " in the forward pass"
+                                             : " in a forward without gradients (evaluation)");
+}
+
 void Stage3Engine::issue_gather(int g, bool unit_fetch) {
   Group& group = groups_[g];
   ZERO_INTERNAL_ASSERT(group.state == GroupState::kReleased, "gather of ", group.name,
@@ -573,7 +586,8 @@ void Stage3Engine::issue_gather(int g, bool unit_fetch) {
   const bool offloaded = param_store_->offloaded();
   auto failure = std::make_shared<std::exception_ptr>();
   group.gather_failure = failure;
-  group.gather = submit([this, g, lease, output, offloaded, failure, unit_fetch] {
+  group.gather = submit([this, g, lease, output, offloaded, failure, unit_fetch,
+                         label = gather_label(g, unit_fetch)] {
     if (offloaded) {
       // A rank whose read failed (a swap file changed under the run, an I/O error) must not
       // leave the others in the all-gather: every rank agrees first (Note [Agreeing on a
@@ -587,7 +601,7 @@ void Stage3Engine::issue_gather(int g, bool unit_fetch) {
         return;
       }
     }
-    all_gather_group(g, lease.shard, output, unit_fetch);
+    all_gather_group(g, lease.shard, output, unit_fetch, label);
   });
 }
 
@@ -597,7 +611,7 @@ void Stage3Engine::issue_gather(int g, bool unit_fetch) {
 // it). Written through `output`, a tensor of its own: the parameters' version counters are
 // not bumped (Note [Stage 3 units]). Runs on the communicator's thread.
 void Stage3Engine::all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output,
-                                    bool unit_fetch) {
+                                    bool unit_fetch, const std::string& label) {
   Group& group = groups_[g];
   // A shard kept on the host (offload_param with a device model) goes up first, on the transfer
   // queue. This thread waits for the copy: the host memory it reads (a swap slot, or the shard
@@ -623,8 +637,10 @@ void Stage3Engine::all_gather_group(int g, const at::Tensor& shard, const at::Te
     pooled = pool_.acquire(padded, shard_options_);
     wire = pooled.narrow(0, 0, padded);
   }
+  CollectiveOptions labelled;
+  labelled.label = label;
   if (hierarchical && group.secondary_valid) {
-    CollectiveOptions node;
+    CollectiveOptions node = labelled;
     node.group = CollectiveGroup::kNode;
     counted(comm_->all_gather(group.secondary, wire, {}, node))->wait();
   } else {
@@ -633,7 +649,7 @@ void Stage3Engine::all_gather_group(int g, const at::Tensor& shard, const at::Te
       mine = wire.narrow(0, rank_ * record, record);  // in place: this rank's chunk
       quantize_rows(input, mine, weight_format_);
     }
-    counted(comm_->all_gather(mine, wire))->wait();
+    counted(comm_->all_gather(mine, wire, {}, labelled))->wait();
     if (hierarchical) {
       const int64_t slice = wire.numel() / zeropp_.hpz_partition_size;
       const int64_t local = rank_ % zeropp_.hpz_partition_size;
@@ -920,10 +936,13 @@ void Stage3Engine::reduce_group(int g) {
   at::Tensor work = group.grad_buffer;
   at::Tensor own = work.narrow(0, rank_ * shard, shard);
   scale_before_reduction(work);  // Note [Gradient scaling] in engine_core.cpp
+  const std::string label = "stage-3 reduce-scatter of unit '" + group.name + "' gradients";
   if (quantize_gradients_) {
-    quantized_reduce_scatter(work, own);
+    quantized_reduce_scatter(work, own, label);
   } else {
-    counted(comm_->reduce_scatter(work, own, ReduceOp::kSum))->wait();
+    CollectiveOptions labelled;
+    labelled.label = label;
+    counted(comm_->reduce_scatter(work, own, ReduceOp::kSum, {}, labelled))->wait();
   }
   deliver_reduced(own, group.shard_offset, config_.gradient_accumulation_steps > 1);
   pool_.release_gradients(group);
@@ -931,7 +950,8 @@ void Stage3Engine::reduce_group(int g) {
 
 // qgZ (Note [ZeRO++]): `work` holds N chunks (chunk r for rank r = n m + l); `own` receives
 // this rank's chunk summed over every rank.
-void Stage3Engine::quantized_reduce_scatter(const at::Tensor& work, const at::Tensor& own) {
+void Stage3Engine::quantized_reduce_scatter(const at::Tensor& work, const at::Tensor& own,
+                                            const std::string& label) {
   const Topology& topology = comm_->topology();
   const int m = topology.ranks_per_node(), k = topology.nodes();
   const int64_t chunk = own.numel();
@@ -943,6 +963,7 @@ void Stage3Engine::quantized_reduce_scatter(const at::Tensor& work, const at::Te
   at::Tensor node_sum = work.narrow(0, 0, k * chunk);  // work is scratch now
   CollectiveOptions node;
   node.group = CollectiveGroup::kNode;
+  node.label = label;
   counted(comm_->reduce_scatter(packed, node_sum, ReduceOp::kSum, {}, node))->wait();
   // Row n: the node's partial sum of the chunk of rank (n, l), quantized, sent to node n.
   const int64_t record = gradient_format_.record_bytes(chunk);
@@ -953,6 +974,7 @@ void Stage3Engine::quantized_reduce_scatter(const at::Tensor& work, const at::Te
   quantize_rows(node_sum.view({k, chunk}), outgoing.view({k, record}), gradient_format_);
   CollectiveOptions across;
   across.group = CollectiveGroup::kAcrossNodes;
+  across.label = label;
   counted(comm_->all_to_all(outgoing, incoming, across))->wait();
   // Every node's partial sum of this rank's chunk, added in node order in fp32.
   at::Tensor partial_pool = pool_.acquire(k * chunk, work.options().dtype(at::kFloat));
@@ -1015,7 +1037,7 @@ void Stage3Engine::gather_persistent() {
   all_gather_group(persistent_group_, lease.shard,
                    at::from_blob(group.full.data_ptr(), {group.layout.padded_numel},
                                  group.full.options()),
-                   /*unit_fetch=*/false);
+                   /*unit_fetch=*/false, "stage-3 gather of the persistent parameters");
   param_store_->release(lease);
 }
 

@@ -425,15 +425,21 @@ at::Tensor GPT2Impl::forward_cached(const at::Tensor& idx, KVCache& cache) {
     cache.keys.resize(static_cast<size_t>(layers));
     cache.values.resize(static_cast<size_t>(layers));
   }
+  // Each unit called as forward calls it (zero/unit.h), so that under a stage-3 engine every
+  // unit is gathered for its call (zero-train samples with the cache at every stage).
   GPT2Model& body = transformer;
   const auto pos = at::arange(past, past + T, idx.options());
-  at::Tensor x = body->wte->forward(idx) + body->wpe->forward(pos);
+  at::Tensor x = zero::run(body->wte, idx) + zero::run(body->wpe, pos);
   for (int64_t i = 0; i < layers; ++i) {
-    x = body->h->ptr(i)->as<BlockImpl>()->forward_cached(x, cache.keys[static_cast<size_t>(i)],
-                                                          cache.values[static_cast<size_t>(i)]);
+    const std::shared_ptr<torch::nn::Module> block = body->h->ptr(i);
+    x = zero::run_with(*block, [&] {
+      return block->as<BlockImpl>()->forward_cached(x, cache.keys[static_cast<size_t>(i)],
+                                                    cache.values[static_cast<size_t>(i)]);
+    });
   }
   x = body->ln_f->forward(x);
-  return at::matmul(x, body->wte->weight.t());
+  const auto& wte = body->wte;
+  return zero::run_with(*wte, [&] { return at::matmul(x, wte->weight.t()); });
 }
 
 namespace {

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Losing a node (scripts/cluster.sh's namespace nodes), and going on without it:
 #  1. a 3-node job (6 ranks, stage 2, a checkpoint every 2 steps) whose third node's
-#     processes are killed (SIGKILL) ends on every node within seconds, far inside the
-#     collective timeout, with a message naming the node and a rank; `latest` names a
-#     checkpoint that zero-ckpt inspect --verify accepts;
+#     processes are killed (SIGKILL) ends on every node within 10 s (docs/launching.md; measured
+#     2 s: a 5x margin for a loaded machine), far inside the collective timeout, with a message
+#     naming the node and a rank; `latest` names a checkpoint that zero-ckpt inspect --verify
+#     accepts;
 #  2. the same command with --resume auto on the 2 nodes left (4 ranks) continues from that
 #     checkpoint, resharded to the new world size, with no manual step, to the last step;
 #  3. a node whose link goes down mid-run (its veth down: the job's TCP connections hang, no
-#     process dies) ends the job within seconds with a message naming the node (Open MPI's
-#     daemons miss each other's keepalives, scripts/cluster.sh), and no rank is left running on
-#     any node once the collective timeout (and its grace) has passed on the cut-off node.
+#     process dies) ends the job within 15 s (docs/launching.md; Open MPI's daemons miss each
+#     other's keepalives: 5 s idle + 5 probes 1 s apart, scripts/cluster.sh; measured 7 s),
+#     before the job's 20 s collective timeout could end it instead, with a message naming the
+#     node, and no rank is left running on any node once the collective timeout (and its
+#     grace) has passed on the cut-off node.
 # Skips (77) with the reason when this machine cannot make the namespaces.
 #   check_cluster_faults.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -77,7 +80,7 @@ start "$work/kill.log" 6 "$work/nodes/hostfile" --steps 30
 if wait_for_checkpoint 4 kill.log; then
   victims="$(node_ranks 3 | tr '\n' ' ')"
   kill -9 $victims 2>/dev/null
-  took="$(seconds_to_end 50)"
+  took="$(seconds_to_end 10)"
   wait "$job" 2>/dev/null; status=$?
   sleep 1  # zero-run's report filter may write its line just after mpirun has exited
   left="$(for k in 1 2 3; do node_ranks "$k"; done | wc -l)"
@@ -116,7 +119,7 @@ rm -rf "$work/run"
 ZERO_COLLECTIVE_TIMEOUT_S=20 start "$work/link.log" 4 "$work/nodes/hostfile2" --steps 400
 if wait_for_checkpoint 2 link.log; then
   ip link set "zero$id-v2" down
-  took="$(seconds_to_end 60)"
+  took="$(seconds_to_end 15)"
   wait "$job" 2>/dev/null; status=$?
   sleep 1  # as above
   # The cut-off node's ranks end on their own: at the collective timeout plus its grace.

@@ -7,11 +7,7 @@ zero_train="$1"; zero_run="$2"; work="$3"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 rm -rf "$work"; mkdir -p "$work"
 cd "$repo"
-good_config="$work/good.json"
-cat > "$good_config" <<'JSON'
-{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
- "zero_optimization": {"stage": 2}}
-JSON
+source "$repo/tests/lib/bad_inputs.sh"  # $good_config, verify_failure
 # A token file: header of 256 int32 (magic, version, count) then uint16 ids.
 make_tokens() {  # path magic version count first_id
   python3 - "$@" <<'PY'
@@ -43,29 +39,6 @@ check() {
   local out="$work/$name.out"
   timeout 120 "$zero_run" -n 2 -- "$zero_train" --steps 2 --out "$work/run-$name" "$@" >"$out" 2>&1
   verify_failure "$name" $? "$out" "${expected[@]}"
-}
-# verify_failure NAME STATUS OUTPUT_FILE EXPECTED_SUBSTRING...: exit 2, every expected text,
-# no stack dump, no mpirun banner, one error message.
-verify_failure() {
-  local name="$1" status="$2" out="$3"; shift 3
-  local expected=("$@")
-  local ok=1
-  if [ "$status" -ne 2 ]; then ok=0; echo "[$name] exit status $status (expected 2: a bad input, every rank ended)"; fi
-  for e in "${expected[@]}"; do
-    grep -qF -- "$e" "$out" || { ok=0; echo "[$name] message lacks '$e'"; }
-  done
-  if grep -qiE "terminate called|stack trace|backtrace|Exception raised from|frame #" "$out"; then
-    ok=0; echo "[$name] stack dump in the output"
-  fi
-  # zero-run passes --quiet: our one line, not mpirun's banner about the failed job.
-  if grep -qE "Primary job|mpirun detected" "$out"; then
-    ok=0; echo "[$name] mpirun's failure banner in the output"
-  fi
-  local messages
-  messages=$(grep -c "zero-train: error" "$out")
-  if [ "$messages" -gt 1 ]; then ok=0; echo "[$name] $messages error messages, expected one"; fi
-  if [ "$ok" -eq 1 ]; then echo "[$name] ok (exit $status): $(grep -m1 -iE 'error' "$out")"; else
-    failures=$((failures + 1)); sed 's/^/    | /' "$out"; fi
 }
 check missing_data "$work/none_train.bin" "No such file" -- --config "$good_config" --data "$work/none"
 check wrong_magic "$work/magic_train.bin" "12345" "20240520" -- --config "$good_config" --data "$work/magic"
@@ -196,47 +169,7 @@ fi
 # zero-run's own options.
 "$zero_run" -n >"$work/zero_run_n.out" 2>&1
 verify_failure zero_run_no_value $? "$work/zero_run_n.out" "zero-run: -n needs a value"
-# A full disk (a 200 MiB file system of the job's own: tmpfs in a private mount namespace, so
-# no privilege is needed; one checkpoint of this model at 2 ranks is 88 MB).
-# - Run 1 saves step 1. Run 2 resumes and saves steps 2 and 3: the start-up check passes (one
-#   checkpoint fits), step 2's save fits, step 3's runs out of space while the rank files are
-#   written: one message naming the file and ENOSPC, exit 2, no .tmp- directory left, `latest`
-#   still global_step2, every metrics.csv row (steps 1-3) kept.
-# - Run 3 resumes again: the start-up check finds no room for a checkpoint and refuses before
-#   training, naming the free and needed bytes.
-disk="$work/small-disk"; mkdir -p "$disk"
-if unshare -rm mount -t tmpfs -o size=1m tmpfs "$disk" 2>/dev/null; then
-  unshare -rm bash -c '
-    disk="$1" zero_run="$2" zero_train="$3" config="$4" out="$5"
-    mount -t tmpfs -o size=200m tmpfs "$disk" || exit 1
-    train() { timeout 120 "$zero_run" -n 2 -- "$zero_train" --config "$config" --save-every 1 \
-                --resume auto --out "$disk/run" "$@"; }
-    train --steps 1 >"$out.first" 2>&1 || { echo "first run failed" >"$out"; exit 0; }
-    train --steps 3 >"$out" 2>&1
-    echo $? >"$out.status"
-    ls -A "$disk/run/checkpoints" >"$out.listing"
-    cat "$disk/run/checkpoints/latest" >"$out.latest"
-    grep -c "^[123]," "$disk/run/metrics.csv" >"$out.rows"
-    train --steps 4 >"$out.third" 2>&1
-    echo $? >"$out.third.status"
-  ' _ "$disk" "$zero_run" "$zero_train" "$good_config" "$work/disk_full.out"
-  verify_failure disk_full "$(cat "$work/disk_full.out.status" 2>/dev/null || echo none)" \
-    "$work/disk_full.out" ".safetensors.tmp': No space left on device"
-  if grep -q "^\.tmp-" "$work/disk_full.out.listing" 2>/dev/null || \
-     [ "$(cat "$work/disk_full.out.latest" 2>/dev/null)" != "global_step2" ] || \
-     [ "$(cat "$work/disk_full.out.rows" 2>/dev/null)" != "3" ]; then
-    echo "[disk_full] left a .tmp- directory, lost latest or lost metrics rows:"
-    cat "$work/disk_full.out.listing" "$work/disk_full.out.latest" "$work/disk_full.out.rows" 2>&1 | sed 's/^/    | /'
-    failures=$((failures + 1))
-  fi
-  verify_failure disk_full_at_start "$(cat "$work/disk_full.out.third.status" 2>/dev/null || echo none)" \
-    "$work/disk_full.out.third" "MiB) free on its file system, but a checkpoint needs about"
-  if grep -q "^step 4/" "$work/disk_full.out.third" 2>/dev/null; then
-    echo "[disk_full_at_start] trained before refusing"; failures=$((failures + 1))
-  fi
-else
-  echo "[disk_full] skipped: this machine allows no private mount namespace (unshare -rm)"
-fi
+# A full disk: tests/train/check_disk_full.sh (ctest zero_train_disk_full).
 # No rank may outlive its job. Only this script's ranks count (every case passes --out under
 # $work): other tests may run zero-train at the same time (ctest -j). Anchored at the binary,
 # since this script's own command line also contains the paths.
