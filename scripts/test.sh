@@ -20,7 +20,7 @@ BUILD_DIR="${ZERO_BUILD_DIR:-build}"
 cmake --build "$BUILD_DIR" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 # Note [Skipped tests are counted] (tests/test_main.cpp): each GoogleTest process records its
 # tests here; ctest's JUnit file holds the entries that did not run.
-records="$PWD/$BUILD_DIR/test-records"
+records="$(cd "$BUILD_DIR" && pwd)/test-records"
 rm -rf "$records"; mkdir -p "$records"
 status=0
 (cd "$BUILD_DIR" && ZERO_TEST_RECORD_DIR="$records" \

@@ -452,7 +452,8 @@ std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& de
     // context again (as zero-generate does).
     if (cache.length() == context) cache.clear();
     const int64_t n = static_cast<int64_t>(ids.size());
-    const int64_t first = cache.length() > 0 ? n - 1 : std::max<int64_t>(0, n - context / 2);
+    const int64_t first =
+        cache.length() > 0 ? n - 1 : std::max<int64_t>(0, n - std::max<int64_t>(1, context / 2));
     at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
                        .unsqueeze(0)
                        .to(device);

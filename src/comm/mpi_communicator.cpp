@@ -613,14 +613,15 @@ class MpiCommunicator final : public Communicator {
       stats_ += counted;
     }
     auto work = std::make_shared<MpiWork>(counted);
+    const bool compared = watched && check_signatures_ && size_ > 1;
     CollectiveSignature signature;
-    if (watched && check_signatures_) signature = signature_of(call, options.label);
-    std::function<void()> run = [this, op = call.op, bytes, watched, body = std::move(body),
-                                 timeout = options.timeout_seconds,
+    if (compared) signature = signature_of(call, options.label);
+    std::function<void()> run = [this, op = call.op, bytes, watched, compared,
+                                 body = std::move(body), timeout = options.timeout_seconds,
                                  signature = std::move(signature)] {
       if (!watched) return body();
       const CollectiveWatchdog::Scope scope(*watchdog_, op, bytes, timeout);
-      if (check_signatures_) agree_on_signature(signature);
+      if (compared) agree_on_signature(signature);
       body();
     };
     if (std::this_thread::get_id() == progress_id_) {
@@ -656,15 +657,14 @@ class MpiCommunicator final : public Communicator {
           task.run();
         } catch (const std::exception& e) {
           error = std::current_exception();
-          if (task.breaks_sequence || diverged_) {
-            broken = "an earlier " + std::string(task.op) + " failed: " + e.what();
-          }
+          if (task.breaks_sequence) broken = "an earlier " + std::string(task.op) + " failed: " + e.what();
         } catch (...) {
           error = std::current_exception();
-          if (task.breaks_sequence || diverged_) {
-            broken = "an earlier " + std::string(task.op) + " failed";
-          }
+          if (task.breaks_sequence) broken = "an earlier " + std::string(task.op) + " failed";
         }
+        // Ranks whose collectives parted (Note [Collective signatures]) run nothing more, even
+        // where the task that found it caught the error itself.
+        if (broken.empty() && !diverged_.empty()) broken = diverged_;
       }
       task.work->finish(error);
       lock.lock();
@@ -745,8 +745,8 @@ class MpiCommunicator final : public Communicator {
   // Every rank takes part whatever its signature, so every rank learns of a difference in the
   // same exchange and throws the same message.
   void agree_on_signature(const CollectiveSignature& signature) {
+    if (!diverged_.empty()) throw Error("not run: " + diverged_);
     const int64_t number = ++signatures_compared_;
-    if (size_ == 1) return;
     const Call call{"collective signature check"};
     // MIN of the hash and of its complement: the least and (complemented) the greatest hash.
     int64_t extremes[2] = {static_cast<int64_t>(signature.hash),
@@ -765,8 +765,8 @@ class MpiCommunicator final : public Communicator {
     for (int r = 0; r < size_; ++r) {
       texts.emplace_back(all.data() + static_cast<size_t>(r) * kTextBytes);
     }
-    diverged_ = true;  // the progress loop refuses every later collective
-    throw Error(mismatch_message(backend_name(), number, texts));
+    diverged_ = mismatch_message(backend_name(), number, texts);  // nothing runs after it
+    throw Error(diverged_);
   }
 
   void check_mpi(const Call& call, int rc, const char* function) const {
@@ -1064,10 +1064,10 @@ class MpiCommunicator final : public Communicator {
   bool receives_across_nodes_ = false;  // rank r-1, the ring's sender, is on another node
   std::unique_ptr<SharedSegments> shared_;
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // Note [Collective timeout]
-  // Note [Collective signatures]; the counter and the flag belong to the progress thread.
+  // Note [Collective signatures]; the counter and the message belong to the progress thread.
   bool check_signatures_ = true;
   int64_t signatures_compared_ = 0;
-  bool diverged_ = false;
+  std::string diverged_;  // the mismatch, once found: every later task fails with it
   int rank_ = 0;
   int size_ = 1;
   CallChecker checker_{"mpi", 0, 1, c10::Device(c10::kCPU), ""};  // set once rank_ is known

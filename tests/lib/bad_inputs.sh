@@ -11,7 +11,7 @@ verify_failure() {
   local name="$1" status="$2" out="$3"; shift 3
   local expected=("$@")
   local ok=1
-  if [ "$status" -ne 2 ]; then ok=0; echo "[$name] exit status $status (expected 2: a bad input, every rank ended)"; fi
+  if [ "$status" != 2 ]; then ok=0; echo "[$name] exit status $status (expected 2: a bad input, every rank ended)"; fi
   for e in "${expected[@]}"; do
     grep -qF -- "$e" "$out" || { ok=0; echo "[$name] message lacks '$e'"; }
   done

@@ -8,7 +8,8 @@ Lists, after a ctest run:
     output gave (the last line saying SKIPPED/skipped, else its last line);
   - every GoogleTest case that skipped inside an entry that ran (RECORD_DIR/*.tsv, written by
     tests/test_main.cpp), except those skipped for their rank count that ran at another rank
-    count of the same binary; one that ran at none is an error.
+    count of the same binary; one that ran at none is an error where another rank count's
+    entry ran (a filtered run, ctest -R, may leave it out: then it is a note).
 Tests labelled "gpu" (ctest -L gpu) are listed apart. With --strict (CI, where
 scripts/setup.sh installs every optional dependency) any other skip fails: exit 1.
 """
@@ -37,6 +38,11 @@ def reason_from_output(text):
     return lines[-1] if lines else "(no output)"
 
 
+def ctest_entries(junit):
+    """Entry name -> status ("run", "fail", "notrun", "disabled")."""
+    return {case.get("name"): case.get("status", "") for case in ET.parse(junit).getroot().iter("testcase")}
+
+
 def ctest_skips(junit):
     skips = []
     for case in ET.parse(junit).getroot().iter("testcase"):
@@ -49,6 +55,8 @@ def ctest_skips(junit):
         else:
             out = case.find("system-out")
             reason = reason_from_output(out.text if out is not None else "")
+            if reason == "(no output)" and skipped is not None and skipped.get("message"):
+                reason = skipped.get("message")
         skips.append((case.get("name"), reason))
     return skips
 
@@ -74,7 +82,8 @@ def main():
     build_dir, junit, record_dir = args
     gpu = gpu_tests(build_dir)
     gpu_programs = {re.sub(r"_np\d+$", "", name) for name in gpu}
-    listed, gpu_listed, errors = [], [], []
+    entries = ctest_entries(junit)
+    listed, gpu_listed, errors, notes = [], [], [], []
     for name, reason in ctest_skips(junit):
         (gpu_listed if name in gpu else listed).append(f"{name}: {reason}")
     for (program, test), by_ranks in sorted(gtest_skips(record_dir).items()):
@@ -85,8 +94,14 @@ def main():
             where = f"{program}{'' if ranks == 1 else f'_np{ranks}'} {test}"
             if reason.startswith(RANK_COUNT):
                 if not ran_at:
-                    errors.append(f"{where}: skipped for its rank count ({reason[len(RANK_COUNT):]})"
-                                  " and ran at no other")
+                    why = f"{where}: skipped for its rank count ({reason[len(RANK_COUNT):]})"
+                    others = [name for name, status in entries.items() if status == "run" and
+                              re.fullmatch(re.escape(program) + r"(_np\d+)?", name) and
+                              name != (program if ranks == 1 else f"{program}_np{ranks}")]
+                    if others:
+                        errors.append(f"{why} and ran at no other ({', '.join(sorted(others))} passed)")
+                    else:
+                        notes.append(f"{why}; no other rank count of it ran here (a filtered run?)")
                 continue
             (gpu_listed if program in gpu_programs else listed).append(f"{where}: {reason}")
     print("== skipped tests")
@@ -96,6 +111,8 @@ def main():
         print(f"  {line}")
     if not gpu_listed and not listed:
         print("  none")
+    for line in notes:
+        print(f"  note: {line}")
     for line in errors:
         print(f"  ERROR {line}")
     if errors:

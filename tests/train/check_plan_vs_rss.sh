@@ -5,7 +5,8 @@
 #   - the demo (configs/demo.json, gpt2-tiny, bf16 or fp32 as "auto" decides) with evaluation
 #     and mid-run samples, as scripts/demo.sh runs it but fewer steps;
 #   - fp32 at stage 3 (gathered units, persistent parameters);
-#   - stage 3 with the optimizer state and the parameters on NVMe (a directory of the test's).
+#   - bf16 at stage 3 with the optimizer state and the parameters on NVMe (a directory of the
+#     test's).
 # The summary's "baseline + tracked peak" row is printed with each failure, to place the gap.
 #   check_plan_vs_rss.sh ZERO_TRAIN ZERO_RUN WORK_DIR
 set -uo pipefail
@@ -32,7 +33,7 @@ failures=0
 run() {  # NAME CONFIG STEPS EXTRA_ARGS...
   local name="$1" config="$2" steps="$3"; shift 3
   local log="$work/$name.log"
-  if ! timeout 600 "$zero_run" -n 2 -- "$zero_train" --config "$config" --model gpt2-tiny \
+  if ! timeout 280 "$zero_run" -n 2 -- "$zero_train" --config "$config" --model gpt2-tiny \
       --data data/tokens/moby_dick --seq-len 64 --steps "$steps" --out "$work/run-$name" "$@" \
       >"$log" 2>&1; then
     echo "[$name] zero-train failed:"; sed 's/^/    | /' "$log"; failures=$((failures + 1)); return
