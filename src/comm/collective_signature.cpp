@@ -1,6 +1,7 @@
 #include "comm/collective_signature.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 namespace zero::comm {
@@ -49,7 +50,15 @@ CollectiveSignature signature_of(const Call& call, const std::string& label) {
     out << separator << "counts {";
     const size_t shown = std::min<size_t>(call.counts.size(), 8);
     for (size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << call.counts[i];
-    if (shown < call.counts.size()) out << ", ... (" << call.counts.size() << " in all)";
+    if (shown < call.counts.size()) {
+      // The rest by a digest, so that counts differing past the shown ones differ in the text.
+      std::string all;
+      for (const int64_t count : call.counts) all += std::to_string(count) + ",";
+      char digest[17];
+      std::snprintf(digest, sizeof(digest), "%016llx",
+                    static_cast<unsigned long long>(fnv1a(all)));
+      out << ", ... (" << call.counts.size() << " in all, digest " << digest << ")";
+    }
     out << "}";
     separator = "; ";
   }
@@ -61,10 +70,7 @@ CollectiveSignature signature_of(const Call& call, const std::string& label) {
   out << ")";
   CollectiveSignature signature;
   signature.text = out.str();
-  // Every count takes part in the hash, also those the text leaves out.
-  std::string hashed = signature.text;
-  for (const int64_t count : call.counts) hashed += "," + std::to_string(count);
-  signature.hash = fnv1a(hashed);
+  signature.hash = fnv1a(signature.text);
   return signature;
 }
 

@@ -183,7 +183,8 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void all_gather_group(int g, const at::Tensor& shard, const at::Tensor& output, bool unit_fetch,
                         const std::string& label);
   // What a gather of group g issued now is for (Note [Collective signatures]): the unit and
-  // the pass, so that ranks on different paths are told where each one was.
+  // the pass it is issued in (a prefetch at the forward's end for the backward says forward),
+  // so that ranks on different paths are told where each one was.
   std::string gather_label(int g, bool unit_fetch) const;
   void invalidate_secondaries();
   void quantized_reduce_scatter(const at::Tensor& work, const at::Tensor& own,
@@ -551,8 +552,9 @@ std::string Stage3Engine::gather_label(int g, bool unit_fetch) const {
   const std::string unit = "stage-3 gather of unit '" + groups_[g].name + "'";
   if (!unit_fetch) return unit + ", whole (zero::GatheredParameters or a checkpoint)";
   if (in_backward_) return unit + " in the backward pass";
-  return unit + (c10::GradMode::is_enabled() ? " in the forward pass"
-                                             : " in a forward without gradients (evaluation)");
+  return unit + (c10::GradMode::is_enabled()
+                     ? " in the forward pass"
+                     : " in a forward without gradients (evaluation, or a checkpointed call)");
 }
 
 void Stage3Engine::issue_gather(int g, bool unit_fetch) {
