@@ -20,3 +20,7 @@ target_compile_options(bench_memory_plan PRIVATE ${ZERO_WARNINGS})
 add_executable(bench_collective_checks ${CMAKE_CURRENT_LIST_DIR}/bench_collective_checks.cpp)
 target_link_libraries(bench_collective_checks PRIVATE zero_gpt2_internal CLI11::CLI11)
 target_compile_options(bench_collective_checks PRIVATE ${ZERO_WARNINGS})
+# Note [fp16 GEMMs on CPUs without fp16 arithmetic]: GPT-2's step by dtype and fp16 path.
+add_executable(bench_fp16_step ${CMAKE_CURRENT_LIST_DIR}/bench_fp16_step.cpp)
+target_link_libraries(bench_fp16_step PRIVATE zero_gpt2_internal CLI11::CLI11)
+target_compile_options(bench_fp16_step PRIVATE ${ZERO_WARNINGS})

@@ -54,3 +54,5 @@ zero_add_test(NAME test_zeropp SOURCES test_zeropp.cpp INTERNAL LIBS zero_engine
 # Note [Collective signatures]: ranks on different code paths stopped at once, by name.
 zero_add_test(NAME test_collective_mismatch SOURCES test_collective_mismatch.cpp
               LIBS zero_engine_harness RANKS 1 2 3 TIMEOUT 300)
+# Note [fp16 GEMMs on CPUs without fp16 arithmetic] (INTERNAL: src/hardware/half_gemm.h).
+zero_add_test(NAME test_half_gemm SOURCES test_half_gemm.cpp INTERNAL)

@@ -51,6 +51,18 @@ bool collective_checks() {
   return value;
 }
 
+std::string fp16_gemm_path() {
+  static const std::string value = [] {
+    const char* text = std::getenv("ZERO_FP16_GEMM");
+    const std::string chosen = text == nullptr || *text == '\0' ? "auto" : text;
+    ZERO_CHECK(chosen == "auto" || chosen == "native" || chosen == "fp32",
+               "environment variable ZERO_FP16_GEMM='", chosen,
+               "' is invalid: expected native, fp32 or auto");
+    return chosen;
+  }();
+  return value;
+}
+
 int64_t ranks_per_node_override() {
   static const int64_t value = read_int_at_least("ZERO_RANKS_PER_NODE", 0, 0);
   return value;

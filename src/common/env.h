@@ -55,6 +55,12 @@ ZERO_INTERNAL_API ProgressStyle progress_style();
 /// "fp32=80,bf16=8" acts as a CPU without fast bf16 GEMMs. Unset: measure everything.
 ZERO_INTERNAL_API const std::map<std::string, double>& gemm_rates_override();
 
+/// ZERO_FP16_GEMM: "native" runs fp16 CPU GEMMs with ATen's fp16 kernels, "fp32" as fp32 GEMMs
+/// on converted copies (Note [fp16 GEMMs on CPUs without fp16 arithmetic],
+/// src/hardware/half_gemm.h); unset or "auto": by the CPU's flags. Returned as given ("auto"
+/// when unset); anything else is an error naming the variable.
+ZERO_INTERNAL_API std::string fp16_gemm_path();
+
 /// ZERO_EMULATE_DEVICE_OFFLOAD: "1" runs a CPU model's offload_optimizer (stages 1-3) through
 /// the pipeline of a device model (Note [Offload of a device model], src/engine/host_offload.h):
 /// the engine's tensors play the device, host copies of the state are separate, and a copy

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <utility>
 
+#include "hardware/half_gemm.h"
 #include "models/lm_head_loss.h"
 #include "zero/activation_checkpointing.h"
 #include "zero/error.h"
@@ -104,6 +105,14 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 torch::nn::LayerNorm make_layer_norm(const GPT2Config& c) {
   return torch::nn::LayerNorm(
       torch::nn::LayerNormOptions({c.n_embd}).eps(c.layer_norm_epsilon).elementwise_affine(true));
+}
+
+// The tied LM head's logits, hidden [..., C] @ wte [V, C]^T -> [..., V], as one GEMM (Note
+// [fp16 GEMMs on CPUs without fp16 arithmetic]).
+at::Tensor tied_head(const at::Tensor& hidden, const at::Tensor& wte) {
+  auto shape = hidden.sizes().vec();
+  shape.back() = wte.size(0);
+  return half_gemm::addmm({}, hidden.reshape({-1, hidden.size(-1)}), wte.t()).view(shape);
 }
 
 }  // namespace
@@ -239,7 +248,8 @@ at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
   const int64_t out = weight.size(1);
   auto out_shape = x.sizes().vec();
   out_shape.back() = out;
-  return at::addmm(bias, x.reshape({-1, in}), weight).view(out_shape);
+  // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: ATen's addmm but where it is slow.
+  return half_gemm::addmm(bias, x.reshape({-1, in}), weight).view(out_shape);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -409,7 +419,7 @@ at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
   const auto hidden = transformer->forward(idx);
   // Tied lm_head: logits = hidden @ wte.weight^T, a second call of the wte unit.
   const auto& wte = transformer->wte;
-  return zero::run_with(*wte, [&] { return at::matmul(hidden, wte->weight.t()); });
+  return zero::run_with(*wte, [&] { return tied_head(hidden, wte->weight); });
 }
 
 at::Tensor GPT2Impl::forward_cached(const at::Tensor& idx, KVCache& cache) {
@@ -439,7 +449,7 @@ at::Tensor GPT2Impl::forward_cached(const at::Tensor& idx, KVCache& cache) {
   }
   x = body->ln_f->forward(x);
   const auto& wte = body->wte;
-  return zero::run_with(*wte, [&] { return at::matmul(x, wte->weight.t()); });
+  return zero::run_with(*wte, [&] { return tied_head(x, wte->weight); });
 }
 
 namespace {

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 
+#include "hardware/half_gemm.h"
 #include "zero/error.h"
 
 namespace zero::gpt2 {
@@ -48,6 +49,8 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     const auto compute = hidden.options();
     const auto fp32 = compute.dtype(at::kFloat);
     at::Tensor block = at::empty({rows, vocab}, compute);
+    // Converted once for every block (Note [fp16 GEMMs on CPUs without fp16 arithmetic]).
+    const at::Tensor weight_operand = half_gemm::operand(weight);
     at::Tensor grad_hidden = need_hidden ? at::empty_like(hidden) : at::Tensor();
     // Accumulated over blocks in fp32 whatever the compute dtype.
     at::Tensor grad_weight = need_weight ? at::zeros({vocab, weight.size(1)}, fp32) : at::Tensor();
@@ -60,7 +63,7 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
       const at::Tensor h = hidden.narrow(0, begin, r);
       const at::Tensor t = targets.narrow(0, begin, r);
       at::Tensor logits = block.narrow(0, 0, r);
-      at::mm_out(logits, h, weight.t());
+      half_gemm::mm_out(logits, h, weight_operand.t());
       // log-softmax in fp32, in place when the compute dtype is fp32.
       at::Tensor log_p = logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
       at::_log_softmax_out(log_p, log_p, 1, false);
@@ -75,13 +78,13 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
                                        : p.to(compute.dtype().toScalarType());
       if (need_hidden) {
         at::Tensor out = grad_hidden.narrow(0, begin, r);
-        at::addmm_out(out, out, p_compute, weight, /*beta=*/0, /*alpha=*/scale);
+        half_gemm::addmm_out(out, out, p_compute, weight_operand, /*beta=*/0, /*alpha=*/scale);
       }
       if (need_weight) {
         if (grad_weight.scalar_type() == p_compute.scalar_type()) {
           grad_weight.addmm_(p_compute.t(), h, /*beta=*/1, /*alpha=*/scale);
         } else {
-          grad_weight.add_(at::mm(p_compute.t(), h), scale);
+          grad_weight.add_(half_gemm::mm(p_compute.t(), h), scale);
         }
       }
     }

@@ -1,0 +1,55 @@
+// fp16 GEMMs at the speed of the best kernel the CPU has.
+//
+// Note [fp16 GEMMs on CPUs without fp16 arithmetic]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ATen's CPU GEMM for c10::Half is vectorized where the CPU computes in fp16 (avx512_fp16, or
+// AMX-FP16 through oneDNN); elsewhere mm/addmm, above all with a transposed operand as every
+// backward has, fall to a scalar loop with fp32 arithmetic (fp16_dot_with_fp32_arith): on AMD
+// Zen 4 (avx512_bf16, no avx512_fp16) a gpt2-tiny fp16 step ran 15x the fp32 step, 94 % of it
+// there. On such CPUs zero runs an fp16 GEMM as an fp32 GEMM on converted copies of its
+// operands, then rounds the result to fp16 once: products accumulated in fp32 and one
+// rounding, the arithmetic the scalar loop does too, so results agree with ATen's to fp16
+// rounding (the summation order differs). The copies are transient; what autograd saves for
+// the backward stays fp16 (addmm below).
+//   - path(): kViaFp32 on CPUs without avx512_fp16 and amx_fp16, kNative on the others;
+//     ZERO_FP16_GEMM=native|fp32 (src/common/env.h) chooses instead.
+//   - Only fp16 CPU tensors take the fp32 path; every other dtype and device calls ATen as is,
+//     so fp32 and bf16 results, and fp16 on CPUs with fp16 arithmetic, keep their bits.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "zero/export.h"
+
+namespace zero::half_gemm {
+
+enum class Path { kNative, kViaFp32 };
+
+/// The path fp16 CPU GEMMs take in this process (decided on first use; set_path replaces it).
+ZERO_INTERNAL_API Path path();
+/// For tests and benchmarks: every later call takes `path`.
+ZERO_INTERNAL_API void set_path(Path path);
+/// "via fp32" | "native".
+ZERO_INTERNAL_API const char* path_name(Path path);
+
+/// What to pass for an operand used in many GEMMs (the LM head's weight, once per block of
+/// rows): its fp32 copy when fp16 CPU GEMMs go via fp32, else `t` itself. The functions below
+/// take the path by their first operand and accept the other already converted.
+ZERO_INTERNAL_API at::Tensor operand(const at::Tensor& t);
+
+/// a @ b (at::mm), by path() for fp16 CPU operands.
+ZERO_INTERNAL_API at::Tensor mm(const at::Tensor& a, const at::Tensor& b);
+/// out = a @ b (at::mm_out).
+ZERO_INTERNAL_API void mm_out(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+/// out = beta * self + alpha * (a @ b) (at::addmm_out; `out` may be `self`).
+ZERO_INTERNAL_API void addmm_out(const at::Tensor& out, const at::Tensor& self,
+                                 const at::Tensor& a, const at::Tensor& b, double beta,
+                                 double alpha);
+/// bias + x @ weight (at::addmm with autograd; at::mm when `bias` is undefined): x [N, in],
+/// weight [in, out] (a transposed view is fine), bias [out]. On the fp32 path an autograd
+/// function of its own, whose backward runs its GEMMs in fp32 too and which saves x and weight
+/// as they are (fp16), not their fp32 copies.
+ZERO_INTERNAL_API at::Tensor addmm(const at::Tensor& bias, const at::Tensor& x,
+                                   const at::Tensor& weight);
+
+}  // namespace zero::half_gemm

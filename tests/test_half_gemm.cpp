@@ -1,0 +1,151 @@
+// Note [fp16 GEMMs on CPUs without fp16 arithmetic] (src/hardware/half_gemm.h): the fp32 path
+// gives one rounding of the fp32 product (bitwise), agrees with ATen's fp16 kernels to fp16
+// rounding, leaves other dtypes alone, and trains GPT-2 in fp16 as the native path does.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "hardware/half_gemm.h"
+#include "zero/gpt2.h"
+
+namespace zero::test {
+namespace {
+
+using half_gemm::Path;
+
+// Restores the process's path when a test ends.
+struct PathScope {
+  Path saved = half_gemm::path();
+  explicit PathScope(Path path) { half_gemm::set_path(path); }
+  ~PathScope() { half_gemm::set_path(saved); }
+};
+
+at::Tensor half_randn(std::vector<int64_t> shape, uint64_t seed) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, generator, at::TensorOptions().dtype(at::kFloat)).mul_(0.3).to(at::kHalf);
+}
+
+// ATen's fp16 result and ours: fp16 rounding of sums of 128 products apart at most.
+void expect_fp16_close(const at::Tensor& ours, const at::Tensor& aten) {
+  ASSERT_EQ(ours.scalar_type(), at::kHalf);
+  EXPECT_TRUE(at::allclose(ours.to(at::kFloat), aten.to(at::kFloat), /*rtol=*/4e-3, /*atol=*/4e-3))
+      << (ours.to(at::kFloat) - aten.to(at::kFloat)).abs().max().item<float>();
+}
+
+TEST(HalfGemm, ViaFp32IsOneRoundingOfTheFp32Product) {
+  const at::Tensor a = half_randn({48, 128}, 1), b = half_randn({128, 40}, 2);
+  // Every transpose a backward meets: a^T b^T, a b^T, a^T b.
+  const at::Tensor at_ = half_randn({128, 48}, 3), bt = half_randn({40, 128}, 4);
+  const std::vector<std::pair<at::Tensor, at::Tensor>> cases = {
+      {a, b}, {at_.t(), b}, {a, bt.t()}, {at_.t(), bt.t()}};
+  for (const auto& [x, y] : cases) {
+    const at::Tensor expected = at::mm(x.to(at::kFloat), y.to(at::kFloat)).to(at::kHalf);
+    at::Tensor ours, native;
+    {
+      PathScope scope(Path::kViaFp32);
+      ours = half_gemm::mm(x, y);
+    }
+    {
+      PathScope scope(Path::kNative);
+      native = half_gemm::mm(x, y);
+    }
+    EXPECT_TRUE(at::equal(ours, expected));
+    expect_fp16_close(ours, native);
+    EXPECT_TRUE(at::equal(native, at::mm(x, y)));
+  }
+}
+
+TEST(HalfGemm, OutVariantsMatchAten) {
+  PathScope scope(Path::kViaFp32);
+  const at::Tensor a = half_randn({32, 64}, 5), b = half_randn({24, 64}, 6);
+  at::Tensor out = at::empty({32, 24}, at::kHalf);
+  half_gemm::mm_out(out, a, b.t());
+  expect_fp16_close(out, at::mm(a, b.t()));
+  // beta 0 ignores whatever `out` holds (NaN here); beta 1 adds to it.
+  out.fill_(std::numeric_limits<float>::quiet_NaN());
+  half_gemm::addmm_out(out, out, a, b.t(), /*beta=*/0, /*alpha=*/0.5);
+  expect_fp16_close(out, at::mm(a, b.t()).mul(0.5));
+  const at::Tensor base = half_randn({32, 24}, 7);
+  at::Tensor sum = base.clone();
+  half_gemm::addmm_out(sum, sum, a, b.t(), /*beta=*/1, /*alpha=*/2);
+  expect_fp16_close(sum, at::addmm(base, a, b.t(), 1, 2));
+}
+
+TEST(HalfGemm, AddmmForwardAndGradients) {
+  const at::Tensor x0 = half_randn({64, 96}, 8), w0 = half_randn({96, 80}, 9),
+                   b0 = half_randn({80}, 10), g = half_randn({64, 80}, 11);
+  struct Result {
+    at::Tensor y, gx, gw, gb;
+  };
+  const auto run = [&](Path path) {
+    PathScope scope(path);
+    at::Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(),
+               b = b0.clone().requires_grad_();
+    at::Tensor y = half_gemm::addmm(b, x, w);
+    y.backward(g);
+    return Result{y.detach(), x.grad(), w.grad(), b.grad()};
+  };
+  const Result ours = run(Path::kViaFp32), native = run(Path::kNative);
+  expect_fp16_close(ours.y, native.y);
+  expect_fp16_close(ours.gx, native.gx);
+  expect_fp16_close(ours.gw, native.gw);
+  expect_fp16_close(ours.gb, native.gb);
+  // Each one rounding of its fp32 computation.
+  const at::Tensor gf = g.to(at::kFloat);
+  EXPECT_TRUE(at::equal(ours.y, at::addmm(b0.to(at::kFloat), x0.to(at::kFloat), w0.to(at::kFloat)).to(at::kHalf)));
+  EXPECT_TRUE(at::equal(ours.gx, at::mm(gf, w0.to(at::kFloat).t()).to(at::kHalf)));
+  EXPECT_TRUE(at::equal(ours.gw, at::mm(x0.to(at::kFloat).t(), gf).to(at::kHalf)));
+  EXPECT_TRUE(at::equal(ours.gb, gf.sum(0).to(at::kHalf)));
+  // Without a bias: the product alone, through a transposed weight as the tied head's.
+  PathScope scope(Path::kViaFp32);
+  const at::Tensor wt = half_randn({80, 96}, 12);
+  EXPECT_TRUE(at::equal(half_gemm::addmm({}, x0, wt.t()),
+                        at::mm(x0.to(at::kFloat), wt.to(at::kFloat).t()).to(at::kHalf)));
+}
+
+TEST(HalfGemm, OtherDtypesKeepTheirBits) {
+  PathScope scope(Path::kViaFp32);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor a = half_randn({16, 32}, 13).to(dtype), b = half_randn({32, 8}, 14).to(dtype),
+                     bias = half_randn({8}, 15).to(dtype);
+    EXPECT_TRUE(at::equal(half_gemm::mm(a, b), at::mm(a, b)));
+    EXPECT_TRUE(at::equal(half_gemm::addmm(bias, a, b), at::addmm(bias, a, b)));
+  }
+}
+
+// GPT-2 in fp16 (Conv1D, the fused LM head, the tied head's logits): the fp32 path gives the
+// native path's loss and gradients to fp16 rounding.
+TEST(HalfGemm, Gpt2TrainsAsTheNativePathDoes) {
+  auto config = gpt2::GPT2Config::preset("gpt2-tiny");
+  config.n_layer = 2;
+  config.dropout = 0.0;
+  torch::manual_seed(0);
+  auto model = std::make_shared<gpt2::GPT2Impl>(config);
+  model->to(at::kHalf);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(16);
+  const at::Tensor tokens = at::randint(0, config.vocab_size, {2, 33}, generator);
+  const at::Tensor x = tokens.narrow(1, 0, 32), y = tokens.narrow(1, 1, 32);
+  struct Result {
+    double loss;
+    at::Tensor grads;
+    at::Tensor logits;
+  };
+  const auto run = [&](Path path) {
+    PathScope scope(path);
+    model->zero_grad();
+    at::Tensor loss = model->forward_loss(x, y);
+    loss.backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().reshape({-1}).to(at::kFloat));
+    at::NoGradGuard no_grad;
+    return Result{loss.item<double>(), at::cat(grads), model->forward(x).to(at::kFloat)};
+  };
+  const Result ours = run(Path::kViaFp32), native = run(Path::kNative);
+  EXPECT_NEAR(ours.loss, native.loss, 2e-3 * native.loss);
+  EXPECT_LT((ours.grads - native.grads).norm().item<double>(), 2e-2 * native.grads.norm().item<double>());
+  EXPECT_LT((ours.logits - native.logits).abs().max().item<double>(), 2e-2);
+}
+
+}  // namespace
+}  // namespace zero::test
