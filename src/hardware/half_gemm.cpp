@@ -27,10 +27,6 @@ Path decided_path() {
 // -1: not decided yet.
 std::atomic<int> current{-1};
 
-bool via_fp32(const at::Tensor& a) {
-  return a.scalar_type() == at::kHalf && a.is_cpu() && path() == Path::kViaFp32;
-}
-
 at::Tensor fp32(const at::Tensor& t) { return t.to(at::kFloat); }
 
 struct HalfAddmm : torch::autograd::Function<HalfAddmm> {
@@ -74,6 +70,10 @@ Path path() {
 void set_path(Path path) { current.store(static_cast<int>(path), std::memory_order_release); }
 
 const char* path_name(Path path) { return path == Path::kViaFp32 ? "via fp32" : "native"; }
+
+bool via_fp32(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf && t.is_cpu() && path() == Path::kViaFp32;
+}
 
 at::Tensor operand(const at::Tensor& t) { return via_fp32(t) ? fp32(t) : t; }
 

@@ -10,7 +10,9 @@
 // operands, then rounds the result to fp16 once: products accumulated in fp32 and one
 // rounding, the arithmetic the scalar loop does too, so results agree with ATen's to fp16
 // rounding (the summation order differs). The copies are transient; what autograd saves for
-// the backward stays fp16 (addmm below).
+// the backward stays fp16 (addmm below). GPT-2's attention (SDPA, whose CPU kernels multiply
+// fp16 blocks with the same GEMM) runs in fp32 on such CPUs too (via_fp32 below), saving fp32
+// q, k and v for its backward.
 //   - path(): kViaFp32 on CPUs without avx512_fp16 and amx_fp16, kNative on the others;
 //     ZERO_FP16_GEMM=native|fp32 (src/common/env.h) chooses instead.
 //   - Only fp16 CPU tensors take the fp32 path; every other dtype and device calls ATen as is,
@@ -31,6 +33,10 @@ ZERO_INTERNAL_API Path path();
 ZERO_INTERNAL_API void set_path(Path path);
 /// "via fp32" | "native".
 ZERO_INTERNAL_API const char* path_name(Path path);
+
+/// Whether GEMMs on `t` go via fp32 (fp16, on the CPU, path() kViaFp32): for callers of ATen
+/// kernels that multiply internally (attention), which then compute in fp32 themselves.
+ZERO_INTERNAL_API bool via_fp32(const at::Tensor& t);
 
 /// What to pass for an operand used in many GEMMs (the LM head's weight, once per block of
 /// rows): its fp32 copy when fp16 CPU GEMMs go via fp32, else `t` itself. The functions below

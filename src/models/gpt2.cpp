@@ -86,6 +86,12 @@ std::vector<at::Tensor> split_heads(const at::Tensor& qkv, int64_t n_head) {
 // same in ATen operations there.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& allowed, bool causal, double p) {
+  if (half_gemm::via_fp32(q)) {
+    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: SDPA's CPU kernels multiply fp16
+    // blocks with the same slow GEMM; in fp32 here, the output rounded to fp16 once.
+    return attend(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), allowed, causal, p)
+        .to(at::kHalf);
+  }
 #if TORCH_VERSION_MAJOR >= 2
   // No mask at all unless one is given (an undefined tensor is not "no mask" to every kernel).
   const std::optional<at::Tensor> mask =
