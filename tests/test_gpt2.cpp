@@ -131,6 +131,32 @@ TEST(GPT2, CachedForwardGivesTheLogitsOfTheWholeSequence) {
   }
 }
 
+// Incremental generation (next_logits, as zero-generate and zero-train's samples run it): each
+// token's logits are those of forward() over what the cache holds then, the prompt's last
+// `context` ids first and, once the cache is full, the last half of the context again.
+TEST(GPT2, NextLogitsFollowTheWindowOfTheContext) {
+  GPT2Config c = GPT2Config::named("L2-C64-H4-T32");
+  c.vocab_size = 97;
+  torch::manual_seed(6);
+  GPT2 model(c);
+  model->eval();
+  at::NoGradGuard no_grad;
+  const at::Tensor all = at::randint(0, 97, {30}, at::kLong);
+  const int64_t context = 8;
+  std::vector<int64_t> ids(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + 11);  // a prompt
+  KVCache cache;
+  int64_t window_start = 11 - context;  // what the cache covers
+  for (int64_t n = 11; n <= 30; ++n) {
+    if (n > 11 && n - 1 - window_start == context) window_start = n - context / 2;  // refilled
+    const at::Tensor ours = model->next_logits(ids, cache, context);
+    const at::Tensor window = all.narrow(0, window_start, n - window_start).unsqueeze(0);
+    const at::Tensor expected = model->forward(window).select(1, n - window_start - 1).squeeze(0);
+    EXPECT_TRUE(at::allclose(ours, expected, 1e-5, 1e-5)) << "after " << n << " ids";
+    EXPECT_EQ(cache.length(), n - window_start);
+    if (n < 30) ids.push_back(all[n].item<int64_t>());
+  }
+}
+
 TEST(GPT2, NamedShapes) {
   // Presets by name are the presets.
   EXPECT_EQ(GPT2Config::named("gpt2-xl").num_parameters(), 1557611200);

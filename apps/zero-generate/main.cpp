@@ -191,29 +191,19 @@ int main(int argc, char** argv) {
     const auto started = std::chrono::steady_clock::now();
     double first_token_seconds = 0;
     for (int64_t produced = 0; produced < o.max_tokens; ++produced) {
-      at::Tensor logits;
+      at::Tensor logits;  // the next position's, [vocab]
       if (o.kv_cache) {
-        // Feed what the cache lacks: the prompt (its last `context` tokens) first, then one
-        // token at a time; a full cache starts again from the last half of the context.
-        if (cache.length() == context) cache.clear();
-        const int64_t n = static_cast<int64_t>(ids.size());
-        const int64_t first = cache.length() > 0 ? n - 1
-                                                 : std::max<int64_t>(0, n - (produced == 0 ? context
-                                                                                           : context / 2));
-        const at::Tensor input =
-            at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
-                .unsqueeze(0)
-                .to(device);
-        logits = model->forward_cached(input, cache);
+        logits = model->next_logits(ids, cache, context);  // the prompt first, then one at a time
       } else {
         const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
         const at::Tensor input =
             at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
                 .unsqueeze(0)
                 .to(device);
-        logits = model->forward(input);
+        const at::Tensor all = model->forward(input);
+        logits = all.select(1, all.size(1) - 1).squeeze(0);
       }
-      const at::Tensor last = logits.select(1, logits.size(1) - 1).squeeze(0).to(at::kCPU, at::kFloat);
+      const at::Tensor last = logits.to(at::kCPU, at::kFloat);
       const int64_t next = sample(last, o, generator);
       ids.push_back(next);
       const std::string& bytes = encoder.decoder().token_bytes(next);

@@ -441,27 +441,15 @@ double evaluate(zero::gpt2::GPT2Impl& model, const zero::EvalBatcher& val,
 // one position (the whole context's [T, vocab] logits per token took 35 % more memory than
 // the training step on gpt2-tiny), so sampling stays inside the training step's memory plan.
 std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& decoder,
-                        int64_t tokens, int64_t context, uint64_t seed, const at::Device& device) {
+                        int64_t tokens, int64_t context, uint64_t seed) {
   at::NoGradGuard no_grad;
   model.eval();
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<int64_t> ids = {50256};  // <|endoftext|> as the prompt
   zero::gpt2::KVCache cache;
   for (int64_t i = 0; i < tokens; ++i) {
-    // Feed what the cache lacks: the last token, or after a full cache the last half of the
-    // context again (as zero-generate does).
-    if (cache.length() == context) cache.clear();
-    const int64_t n = static_cast<int64_t>(ids.size());
-    const int64_t first =
-        cache.length() > 0 ? n - 1 : std::max<int64_t>(0, n - std::max<int64_t>(1, context / 2));
-    at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
-                       .unsqueeze(0)
-                       .to(device);
     // Drawn on the host with the seeded CPU generator, whatever the device.
-    at::Tensor logits = model.forward_cached(x, cache)
-                            .select(1, x.size(1) - 1)
-                            .squeeze(0)
-                            .to(at::kCPU, at::kFloat);
+    const at::Tensor logits = model.next_logits(ids, cache, context).to(at::kCPU, at::kFloat);
     auto [top, index] = logits.div(0.8).topk(40);
     const at::Tensor choice = at::multinomial(top.softmax(-1), 1, false, generator);
     ids.push_back(index[choice.item<int64_t>()].item<int64_t>());
@@ -877,7 +865,7 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
     // Every rank samples (the same tokens; rank 0 prints them): a forward pass may be
     // collective (at stage 3 it gathers each unit's parameters), so no rank may skip it.
     auto sample = [&](uint64_t seed) {
-      return sample_text(*model, *in.decoder, o.sample_tokens, seq, seed, device);
+      return sample_text(*model, *in.decoder, o.sample_tokens, seq, seed);
     };
     const auto start = std::chrono::steady_clock::now();
     double last_val = -1;

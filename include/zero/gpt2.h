@@ -177,6 +177,12 @@ class ZERO_API GPT2Impl : public torch::nn::Module {
   /// engine a collective, as forward is (every rank the same calls). The cache and the new
   /// positions must fit the context (n_positions).
   at::Tensor forward_cached(const at::Tensor& idx, KVCache& cache);
+  /// Incremental generation: the logits [vocab] of the position after `ids` (one sequence,
+  /// non-empty), through `cache`, which is empty or holds what earlier calls fed of the same
+  /// sequence, one id shorter. Fed what it lacks: the last `context` ids (1 <= context <=
+  /// n_positions) when empty, else the newest id; a full cache (context positions) starts
+  /// again from the last half of the context. On the device of the model's parameters.
+  at::Tensor next_logits(const std::vector<int64_t>& ids, KVCache& cache, int64_t context);
   const GPT2Config& config() const { return config_; }
   /// Trainable elements, the tied lm_head counted once (as HF's num_parameters()).
   int64_t num_parameters() const;

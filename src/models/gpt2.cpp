@@ -458,6 +458,26 @@ at::Tensor GPT2Impl::forward_cached(const at::Tensor& idx, KVCache& cache) {
   return zero::run_with(*wte, [&] { return tied_head(x, wte->weight); });
 }
 
+at::Tensor GPT2Impl::next_logits(const std::vector<int64_t>& ids, KVCache& cache,
+                                 int64_t context) {
+  ZERO_CHECK(!ids.empty(), "GPT-2 next_logits: no ids");
+  ZERO_CHECK(context >= 1 && context <= config_.n_positions, "GPT-2 next_logits: context ",
+             context, " must be in [1, n_positions ", config_.n_positions, "]");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  int64_t first = n - 1;
+  if (cache.length() == 0) {
+    first = std::max<int64_t>(0, n - context);
+  } else if (cache.length() >= context) {
+    cache.clear();
+    first = std::max<int64_t>(0, n - std::max<int64_t>(1, context / 2));
+  }
+  const at::Tensor input = at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
+                               .unsqueeze(0)
+                               .to(transformer->wte->weight.device());
+  const at::Tensor logits = forward_cached(input, cache);
+  return logits.select(1, logits.size(1) - 1).squeeze(0);
+}
+
 namespace {
 
 // Targets of shape `expected` (the logits' without the vocab dimension), int64 ids < vocab.
