@@ -4,6 +4,7 @@
 // (the shared machine's drift hits each alike); prints the median ms and the ratios to fp32.
 //
 //   bench_fp16_step [--model gpt2-tiny] [--batch 2] [--seq 256] [--steps 10] [--threads 1]
+//                   [--only fp32|bf16|fp16|fp16-via-fp32]   (one variant, e.g. under perf)
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -48,6 +49,9 @@ int main(int argc, char** argv) {
   app.add_option("--seq", seq);
   app.add_option("--steps", steps);
   app.add_option("--threads", threads);
+  std::string only;
+  app.add_option("--only", only, "run one variant")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp16-via-fp32"}));
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(threads);
   zero::keep_freed_host_memory();  // as zero-train: freed blocks reused, not faulted in again
@@ -56,6 +60,10 @@ int main(int argc, char** argv) {
                                    {"bf16", at::kBFloat16, Path::kNative, nullptr, {}},
                                    {"fp16, ATen's kernels", at::kHalf, Path::kNative, nullptr, {}},
                                    {"fp16, via fp32 GEMMs", at::kHalf, Path::kViaFp32, nullptr, {}}};
+  if (!only.empty()) {
+    const size_t keep = only == "fp32" ? 0 : only == "bf16" ? 1 : only == "fp16" ? 2 : 3;
+    variants = {variants[keep]};
+  }
   const auto config = zero::gpt2::GPT2Config::preset(model);
   for (auto& v : variants) {
     torch::manual_seed(0);
@@ -84,7 +92,7 @@ int main(int argc, char** argv) {
               model.c_str(), static_cast<long long>(batch), static_cast<long long>(seq), threads,
               steps, rates.cpu_model().c_str(), flags.c_str());
   std::printf("| compute | forward + backward ms | vs fp32 |\n|---|---|---|\n");
-  const double base = median(variants[0].ms);
+  const double base = median(variants[0].ms);  // fp32 unless --only
   for (const auto& v : variants) {
     std::printf("| %s | %.1f | %.2fx |\n", v.name.c_str(), median(v.ms), median(v.ms) / base);
   }

@@ -40,7 +40,7 @@ zero_add_test(NAME test_offload SOURCES test_offload.cpp LIBS zero_engine_harnes
 zero_add_test(NAME test_activation_checkpoint SOURCES test_activation_checkpoint.cpp
               LIBS zero_engine_harness RANKS 1 2 3 TIMEOUT 600)
 # The memory planner (zero/memory_plan.h) against measured peaks.
-zero_add_test(NAME test_memory_plan SOURCES test_memory_plan.cpp LIBS zero_engine_harness
+zero_add_test(NAME test_memory_plan SOURCES test_memory_plan.cpp INTERNAL LIBS zero_engine_harness
               RANKS 1 2 4 TIMEOUT 600)
 # The host block cache (Note [Host block cache]).
 zero_add_test(NAME test_host_memory SOURCES test_host_memory.cpp)

@@ -1,12 +1,14 @@
 // Note [fp16 GEMMs on CPUs without fp16 arithmetic] (src/hardware/half_gemm.h): the fp32 path
 // gives one rounding of the fp32 product (bitwise), agrees with ATen's fp16 kernels to fp16
-// rounding, leaves other dtypes alone, and trains GPT-2 in fp16 as the native path does.
+// rounding, leaves other dtypes alone, and trains GPT-2 in fp16 as the native path does; fp16
+// attention and the fused LM head on a CPU compute in fp32 and round once.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
 #include "hardware/half_gemm.h"
+#include "models/lm_head_loss.h"
 #include "zero/gpt2.h"
 
 namespace zero::test {
@@ -112,6 +114,68 @@ TEST(HalfGemm, OtherDtypesKeepTheirBits) {
     EXPECT_TRUE(at::equal(half_gemm::mm(a, b), at::mm(a, b)));
     EXPECT_TRUE(at::equal(half_gemm::addmm(bias, a, b), at::addmm(bias, a, b)));
   }
+}
+
+// The fused LM head in fp16 is its fp32 computation on the widened inputs with the loss and
+// gradients rounded once (bitwise), whatever the GEMM path, and within fp16 rounding of the
+// fp16 composition it replaces (logits in fp16, then cross-entropy in fp32).
+TEST(HalfGemm, FusedHeadInFp16IsItsFp32ComputationRoundedOnce) {
+  const at::Tensor hidden = half_randn({40, 64}, 21), weight = half_randn({1000, 64}, 22);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(23);
+  const at::Tensor targets = at::randint(0, 1000, {40}, generator);
+  struct Result {
+    at::Tensor loss, grad_hidden, grad_weight;
+  };
+  const auto run = [&](const at::Tensor& h0, const at::Tensor& w0, bool fused) {
+    const at::Tensor h = h0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true);
+    const at::Tensor loss =
+        fused ? gpt2::lm_head_cross_entropy(h, w, targets, /*block_rows=*/16)
+              : at::cross_entropy_loss(at::mm(h, w.t()).to(at::kFloat), targets);
+    loss.backward();
+    return Result{loss.detach(), h.grad(), w.grad()};
+  };
+  const Result wide = run(hidden.to(at::kFloat), weight.to(at::kFloat), true);
+  for (const Path path : {Path::kNative, Path::kViaFp32}) {
+    SCOPED_TRACE(half_gemm::path_name(path));
+    PathScope scope(path);
+    const Result ours = run(hidden, weight, true);
+    EXPECT_TRUE(at::equal(ours.loss, wide.loss));
+    EXPECT_TRUE(at::equal(ours.grad_hidden, wide.grad_hidden.to(at::kHalf)));
+    EXPECT_TRUE(at::equal(ours.grad_weight, wide.grad_weight.to(at::kHalf)));
+    const Result composed = run(hidden, weight, false);
+    EXPECT_NEAR(ours.loss.item<double>(), composed.loss.item<double>(),
+                2e-3 * composed.loss.item<double>());
+    expect_fp16_close(ours.grad_hidden, composed.grad_hidden);
+    expect_fp16_close(ours.grad_weight, composed.grad_weight);
+  }
+}
+
+// GPT-2's attention in fp16 computes in fp32 (rounded once): its output and gradients within
+// fp16 rounding of the same module in fp32.
+TEST(HalfGemm, AttentionInFp16IsTheFp32AttentionRounded) {
+  auto config = gpt2::GPT2Config::preset("gpt2-tiny");
+  config.dropout = 0.0;
+  torch::manual_seed(3);
+  gpt2::Attention wide(config);
+  for (auto& p : wide->parameters()) p.detach().normal_(0.0, 0.05);
+  gpt2::Attention half(config);
+  half->to(at::kHalf);
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < half->parameters().size(); ++i) {
+      half->parameters()[i].copy_(wide->parameters()[i]);
+      wide->parameters()[i].copy_(half->parameters()[i]);  // the fp16 values, exactly
+    }
+  }
+  const at::Tensor x = half_randn({2, 24, config.n_embd}, 31);
+  const at::Tensor xw = x.to(at::kFloat).requires_grad_(true), xh = x.clone().requires_grad_(true);
+  const at::Tensor yw = wide->forward(xw), yh = half->forward(xh);
+  ASSERT_EQ(yh.scalar_type(), at::kHalf);
+  expect_fp16_close(yh, yw.to(at::kHalf));
+  const at::Tensor g = half_randn({2, 24, config.n_embd}, 32);
+  yw.backward(g.to(at::kFloat));
+  yh.backward(g);
+  expect_fp16_close(xh.grad(), xw.grad().to(at::kHalf));
 }
 
 // GPT-2 in fp16 (Conv1D, the fused LM head, the tied head's logits): the fp32 path gives the

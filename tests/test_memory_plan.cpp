@@ -1,6 +1,6 @@
 // The memory planner (zero/memory_plan.h): the planned peak of a training step within 10 % of
 // the peak a run holds (zero::host_memory_stats, shared memory included), for gpt2-tiny at
-// stages 0-3 with and without activation checkpointing; the plan of a built model equals the
+// stages 0-3 with and without activation checkpointing, and 16-bit; the plan of a built model equals the
 // preset's; the table. Run under mpirun at world sizes 1, 2 and 4.
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
+#include "hardware/half_gemm.h"
 #include "test_util.h"
 #include "zero/config.h"
 #include "zero/engine.h"
@@ -99,6 +100,23 @@ TEST(MemoryPlan, SixteenBitParametersToo) {
     const gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
     expect_plan_within_ten_percent(preset, config, comm);
   }
+}
+
+// fp16 compute at stage 2 by both ways of Note [fp16 GEMMs on CPUs without fp16 arithmetic]:
+// ATen's fp16 kernels, and fp32 GEMMs with the widened attention and LM head that CPUs without
+// fp16 arithmetic run (this CPU's choice restored after).
+TEST(MemoryPlan, Fp16ComputeByEitherGemmPath) {
+  track_host_memory();
+  auto comm = world();
+  const half_gemm::Path chosen = half_gemm::path();
+  const Config config = config_at(2, comm->size(), "",
+                                  "\"fp16\": {\"enabled\": true}, \"compute_data_type\": \"fp16\", ");
+  for (const half_gemm::Path path : {half_gemm::Path::kNative, half_gemm::Path::kViaFp32}) {
+    SCOPED_TRACE(half_gemm::path_name(path));
+    half_gemm::set_path(path);
+    expect_plan_within_ten_percent(gpt2::GPT2Config::preset("gpt2-tiny"), config, comm);
+  }
+  half_gemm::set_path(chosen);
 }
 
 // A device model's offloaded optimizer, run through its CPU stand-in (ZERO_EMULATE_DEVICE_OFFLOAD:

@@ -563,7 +563,7 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
   const zero::PlanTarget target = on_gpu ? zero::PlanTarget::kDevice : zero::PlanTarget::kHost;
   // Note [Memory plan] (src/engine/memory_plan.cpp): what each rank will hold at the step's
   // peak, activations included; --plan prints it for every stage and stops.
-  zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype);
+  zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype, !on_gpu);
   // What this process holds before any of the model exists, so the plan is of what the
   // operating system sees (the start-up check compares it with MemAvailable): with the BLAS
   // library's retained scratch, which the step's GEMMs would add (a host model's; a GPU

@@ -30,8 +30,9 @@ constexpr double kSlowGemmFactor = 2.0;
 
 class ZERO_API GemmRates {
  public:
-  /// GFLOP/s of one `linear` (256 x 256 by 256 x 256) in `dtype` (fp32, bf16 or fp16) on the
-  /// current libtorch thread count; measured on first use of each dtype and kept.
+  /// GFLOP/s of a training step's three GEMM layouts (forward x W, backward dy W^T and x^T dy;
+  /// 128 rows, 256 x 512 weights) in `dtype` (fp32, bf16 or fp16) on the current libtorch
+  /// thread count; measured on first use of each dtype and kept.
   double gflops(at::ScalarType dtype) const;
   /// fp32 rate / `dtype` rate: how many times slower `dtype` computes (below 1: faster).
   double slowdown(at::ScalarType dtype) const;

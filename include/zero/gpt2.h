@@ -58,9 +58,11 @@ struct ZERO_API GPT2Config {
   /// its parameters per stage-3 unit in registration order, and the activations of one
   /// micro-batch of `micro_batch` x `seq` tokens computed in `compute_dtype` through
   /// GPT2Impl::forward_loss, without and with activation checkpointing (checkpointed_blocks,
-  /// or every block when it is 0); `checkpointing` is checkpointed_blocks > 0. Note [GPT-2
+  /// or every block when it is 0); `checkpointing` is checkpointed_blocks > 0; `on_host`:
+  /// computed on the CPU (false: on a GPU), which decides how fp16 computes. Note [GPT-2
   /// activation memory] in gpt2.cpp derives them.
-  PlanModel plan_model(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype) const;
+  PlanModel plan_model(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype,
+                       bool on_host = true) const;
 
   /// Runs the GEMMs of one micro-batch's step once on scratch tensors (the fused LM head and
   /// loss with its gradients, and each block's three matrix shapes forward and backward), so

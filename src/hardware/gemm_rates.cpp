@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -31,29 +32,44 @@ int rate_index(at::ScalarType dtype) {
   return 0;
 }
 
-// One linear() of 256 rows by a 256 x 256 weight: 33.5 MFLOP, ~0.5 ms in fp32 and ~4 ms in
-// a slow 16-bit path on one core, large enough that the kernel, not the call, is timed. fp16
-// runs by the path the models' GEMMs take (Note [fp16 GEMMs on CPUs without fp16
-// arithmetic]), so the rate is the one a step sees.
+// The three GEMM layouts of a training step at one shape: the forward's y = x W (x [128, 256],
+// W [256, 512], as a Conv1D holds it), and the backward's dx = dy W^T and dW = x^T dy, whose
+// transposed operands take other kernels (on AMD Zen 4 ATen's fp16 and bf16 kernels for them
+// were scalar loops while the forward's one was not, so a forward-only probe misjudged the
+// step). Each layout is 33.5 MFLOP: ~0.3 ms in fp32 and ~25 ms in a scalar 16-bit loop on one
+// core, large enough that the kernel, not the call, is timed. The rate is the layouts' FLOPs
+// over the sum of their best times of kRepetitions, after a warm-up (first-call dispatch,
+// packing, page faults). fp16 runs by the path the models' GEMMs take (Note [fp16 GEMMs on
+// CPUs without fp16 arithmetic]), so the rate is the one a step sees.
 // Inputs are deterministic ramps: measuring must not draw from the global generator, whose
 // state decides the model's initial weights.
 double measure_gflops(at::ScalarType dtype) {
-  constexpr int64_t kRows = 256, kIn = 256, kOut = 256;
-  constexpr int kRepetitions = 3;
+  constexpr int64_t kRows = 128, kIn = 256, kOut = 512;
+  constexpr int kRepetitions = 2;
   at::NoGradGuard no_grad;
-  const auto options = at::TensorOptions().dtype(at::kFloat);
-  const at::Tensor x = at::linspace(-1.0, 1.0, kRows * kIn, options).view({kRows, kIn}).to(dtype);
-  const at::Tensor w = at::linspace(1.0, -1.0, kOut * kIn, options).view({kOut, kIn}).to(dtype);
-  const auto linear = [&] { return half_gemm::mm(x, w.t()); };
-  at::Tensor y = linear();  // warm-up: first-call dispatch, packing, page faults
-  double best = 1e30;
-  for (int i = 0; i < kRepetitions; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    y = linear();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  const auto ramp = [dtype](int64_t rows, int64_t cols, double from) {
+    return at::linspace(from, -from, rows * cols, at::TensorOptions().dtype(at::kFloat))
+        .view({rows, cols})
+        .to(dtype);
+  };
+  const at::Tensor x = ramp(kRows, kIn, 1.0), w = ramp(kIn, kOut, -1.0), dy = ramp(kRows, kOut, 0.5);
+  const std::function<at::Tensor()> layouts[] = {
+      [&] { return half_gemm::mm(x, w); },        // forward
+      [&] { return half_gemm::mm(dy, w.t()); },   // input gradient
+      [&] { return half_gemm::mm(x.t(), dy); }};  // weight gradient
+  double seconds = 0;
+  for (const auto& gemm : layouts) {
+    at::Tensor out = gemm();  // warm-up
+    double best = 1e30;
+    for (int i = 0; i < kRepetitions; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      out = gemm();
+      best = std::min(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    seconds += best;
   }
-  return 2.0 * kRows * kIn * kOut / std::max(best, 1e-9) / 1e9;
+  return 3 * 2.0 * kRows * kIn * kOut / std::max(seconds, 1e-9) / 1e9;
 }
 
 }  // namespace
@@ -132,7 +148,8 @@ std::string GemmRates::describe(at::ScalarType dtype) const {
     }
   }
   if (!missing.empty()) line << ", no " << missing;
-  line << "; " << gflops(dtype) << " vs " << gflops(at::kFloat) << " GFLOP/s";
+  line << "; " << gflops(dtype) << " vs " << gflops(at::kFloat)
+       << " GFLOP/s over a step's forward and backward GEMM layouts";
   const auto& replaced = env::gemm_rates_override();
   if (replaced.count(name) || replaced.count("fp32")) line << ", set by ZERO_GEMM_RATES";
   line << ")";

@@ -75,6 +75,10 @@ bool via_fp32(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf && t.is_cpu() && path() == Path::kViaFp32;
 }
 
+bool computes_in_fp32(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf && t.is_cpu();
+}
+
 at::Tensor operand(const at::Tensor& t) { return via_fp32(t) ? fp32(t) : t; }
 
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {

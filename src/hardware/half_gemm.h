@@ -10,11 +10,18 @@
 // operands, then rounds the result to fp16 once: products accumulated in fp32 and one
 // rounding, the arithmetic the scalar loop does too, so results agree with ATen's to fp16
 // rounding (the summation order differs). The copies are transient; what autograd saves for
-// the backward stays fp16 (addmm below). GPT-2's attention (SDPA, whose CPU kernels multiply
-// fp16 blocks with the same GEMM) runs in fp32 on such CPUs too (via_fp32 below), saving fp32
-// q, k and v for its backward.
-//   - path(): kViaFp32 on CPUs without avx512_fp16 and amx_fp16, kNative on the others;
-//     ZERO_FP16_GEMM=native|fp32 (src/common/env.h) chooses instead.
+// the backward stays fp16 (addmm below).
+// Operations that multiply inside and do more than one GEMM compute fp16 inputs on any CPU in
+// fp32 and round their results to fp16 once (computes_in_fp32 below): GPT-2's attention (SDPA,
+// whose CPU kernels multiply fp16 blocks) and the fused LM head (whose every block of logits
+// would be rounded to fp16 only to be widened again for its log-softmax and next GEMM). Measured
+// on a Xeon with avx512_fp16, where ATen's fp16 GEMMs run at the fp32 rate: the gpt2-tiny step
+// took 1.33-1.47x the fp32 step with both in fp16, 1.03-1.19x with both in fp32, by either
+// GEMM path (docs/benchmarks.md); attention keeps fp32 q, k, v and output for its backward
+// (Note [GPT-2 activation memory] counts them).
+//   - path(): kViaFp32 on CPUs without avx512_fp16 and amx_fp16, kNative on the others (where
+//     the two paths measured alike: decided by the flags, so every run of a job computes the
+//     same bits); ZERO_FP16_GEMM=native|fp32 (src/common/env.h) chooses instead.
 //   - Only fp16 CPU tensors take the fp32 path; every other dtype and device calls ATen as is,
 //     so fp32 and bf16 results, and fp16 on CPUs with fp16 arithmetic, keep their bits.
 #pragma once
@@ -34,9 +41,11 @@ ZERO_INTERNAL_API void set_path(Path path);
 /// "via fp32" | "native".
 ZERO_INTERNAL_API const char* path_name(Path path);
 
-/// Whether GEMMs on `t` go via fp32 (fp16, on the CPU, path() kViaFp32): for callers of ATen
-/// kernels that multiply internally (attention), which then compute in fp32 themselves.
+/// Whether GEMMs on `t` go via fp32 (fp16, on the CPU, path() kViaFp32).
 ZERO_INTERNAL_API bool via_fp32(const at::Tensor& t);
+/// Whether an operation that multiplies inside (attention, the fused LM head) computes `t` in
+/// fp32 and rounds its results to fp16 once: fp16 on the CPU, whatever path() (the note).
+ZERO_INTERNAL_API bool computes_in_fp32(const at::Tensor& t);
 
 /// What to pass for an operand used in many GEMMs (the LM head's weight, once per block of
 /// rows): its fp32 copy when fp16 CPU GEMMs go via fp32, else `t` itself. The functions below

@@ -86,9 +86,9 @@ std::vector<at::Tensor> split_heads(const at::Tensor& qkv, int64_t n_head) {
 // same in ATen operations there.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& allowed, bool causal, double p) {
-  if (half_gemm::via_fp32(q)) {
-    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: SDPA's CPU kernels multiply fp16
-    // blocks with the same slow GEMM; in fp32 here, the output rounded to fp16 once.
+  if (half_gemm::computes_in_fp32(q)) {
+    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 attention on a CPU in fp32, the
+    // output rounded to fp16 once.
     return attend(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), allowed, causal, p)
         .to(at::kHalf);
   }
@@ -564,6 +564,8 @@ void GPT2Config::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
 //     copy c_proj reads (C), the residual sum (ln_2's input), ln_2's output (c_fc's input),
 //     c_fc's output (4C, gelu's input) and gelu's output (4C, mlp c_proj's input); plus
 //     fp32 statistics (two LayerNorms' mean and rstd, 4 N; the attention's log-sum-exp, H N).
+//     fp16 on a host computes the attention in fp32 (Note [fp16 GEMMs on CPUs without fp16
+//     arithmetic]): q, k, v and the attention output are kept in fp32, 8 C N bytes more.
 //     With dropout each resid dropout keeps its mask (2 C N e) and the attention takes the
 //     math path, which keeps the probabilities, the mask and the dropped probabilities
 //     (3 B H T^2 e): an estimate, the default dropout 0 is the case measured exactly;
@@ -574,14 +576,16 @@ void GPT2Config::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
 //   - the forward's peak is at the head: an fp32 V x C accumulator and one block of logits
 //     (rows = min(N, 2^24 / V), rows x V in the compute dtype; when that is 16-bit also the
 //     block's fp32 log-softmax, two compute-dtype copies of the probabilities and the V x C
-//     product before it is added to the accumulator);
+//     product before it is added to the accumulator; fp16 on a host runs the loop in fp32:
+//     fp32 copies of the hidden states and the weight, an fp32 block, the hidden states'
+//     gradient in fp32 and rounded, the weight's rounded);
 //   - during backward the head's V x C gradient waits in autograd's input buffer of the tied
 //     embedding until the embedding's backward adds its own dense V x C gradient: 2 V C e at
 //     the end; before that, the worst is the start (everything saved plus the first block's
 //     gradients, about 8 C N e) or, with checkpointing, a recomputed block (its 16 C N e on top
 //     of the held V C e and the checkpointed inputs).
-PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq,
-                                 c10::ScalarType compute_dtype) const {
+PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype,
+                                 bool on_host) const {
   validate(*this);
   ZERO_CHECK(micro_batch > 0 && seq > 0 && seq <= n_positions, "GPT2Config::plan_model: ",
              "micro-batch ", micro_batch, " and sequence ", seq, " must be positive, the ",
@@ -607,7 +611,11 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq,
   const int64_t N = micro_batch * seq;
   const int64_t CNe = C * N * e;
   const int64_t V = vocab_size;
-  int64_t block = 16 * CNe + 4 * N * 4 + n_head * N * 4;
+  // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 on a host computes the attention
+  // in fp32 (fp32 q, k, v and output kept, 8 bytes per element more than fp16's) and runs the
+  // LM head's loop in fp32 (below).
+  const bool widened = on_host && compute_dtype == at::kHalf;
+  int64_t block = 16 * CNe + 4 * N * 4 + n_head * N * 4 + (widened ? 8 * C * N : 0);
   if (dropout > 0.0) block += 2 * CNe + 3 * micro_batch * n_head * seq * seq * e;
   const int64_t ids = 2 * N * 8;
   const int64_t ln_f = CNe + 2 * N * 4;
@@ -616,8 +624,11 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq,
   // The head's loop (lm_head_loss.cpp): the fp32 accumulator and a block of logits; in 16 bits
   // also the block's fp32 log-softmax, its compute-dtype copy, that copy transposed for the
   // weight gradient's GEMM, and the GEMM's V x C result before it is added in fp32.
+  // Widened, the loop is fp32's on fp32 copies of the hidden states and the weight, and its
+  // fp32 gradients are rounded to 16 bits at the end.
   const int64_t head_forward =
-      CNe + V * C * 4 + (e == 4 ? rows * V * 4 : rows * V * (3 * e + 4) + V * C * e);
+      widened ? 9 * C * N + V * C * (8 + e) + rows * V * 4
+              : CNe + V * C * 4 + (e == 4 ? rows * V * 4 : rows * V * (3 * e + 4) + V * C * e);
   const int64_t block_gradients = 8 * CNe;
   auto activations = [&](int64_t checkpointed) {
     const int64_t kept = (n_layer - checkpointed) * block + checkpointed * CNe + ids + ln_f;

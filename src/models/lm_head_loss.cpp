@@ -46,12 +46,19 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     const int64_t block_elements = hidden.is_cpu() ? kBlockElements : kDeviceBlockElements;
     const int64_t rows =
         std::max<int64_t>(1, std::min(n, block_rows > 0 ? block_rows : block_elements / vocab));
-    const auto compute = hidden.options();
+    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 on a CPU runs the whole loop in
+    // fp32 on fp32 copies of the inputs, its results rounded to fp16 once, as one GEMM's are:
+    // rounding every block's logits and probabilities to fp16 only to widen them again for
+    // the log-softmax and the next GEMM took a fifth of gpt2-tiny's step in conversions.
+    const bool widened = half_gemm::computes_in_fp32(hidden);
+    const at::Tensor inputs = widened ? hidden.to(at::kFloat) : hidden;
+    const auto compute = inputs.options();
     const auto fp32 = compute.dtype(at::kFloat);
     at::Tensor block = at::empty({rows, vocab}, compute);
-    // Converted once for every block (Note [fp16 GEMMs on CPUs without fp16 arithmetic]).
-    const at::Tensor weight_operand = half_gemm::operand(weight);
-    at::Tensor grad_hidden = need_hidden ? at::empty_like(hidden) : at::Tensor();
+    // Converted once for every block (the same note).
+    const at::Tensor weight_operand =
+        widened ? weight.to(at::kFloat) : half_gemm::operand(weight);
+    at::Tensor grad_hidden = need_hidden ? at::empty_like(inputs) : at::Tensor();
     // Accumulated over blocks in fp32 whatever the compute dtype.
     at::Tensor grad_weight = need_weight ? at::zeros({vocab, weight.size(1)}, fp32) : at::Tensor();
     const double scale = 1.0 / static_cast<double>(n);
@@ -60,7 +67,7 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     at::Tensor loss_sum = at::zeros({}, compute.dtype(at::kDouble));
     for (int64_t begin = 0; begin < n; begin += rows) {
       const int64_t r = std::min(rows, n - begin);
-      const at::Tensor h = hidden.narrow(0, begin, r);
+      const at::Tensor h = inputs.narrow(0, begin, r);
       const at::Tensor t = targets.narrow(0, begin, r);
       at::Tensor logits = block.narrow(0, 0, r);
       half_gemm::mm_out(logits, h, weight_operand.t());
@@ -88,6 +95,7 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
         }
       }
     }
+    if (widened && need_hidden) grad_hidden = grad_hidden.to(hidden.scalar_type());
     if (ctx != nullptr) {
       ctx->saved_data["grad_hidden"] = grad_hidden;
       ctx->saved_data["grad_weight"] = need_weight ? grad_weight.to(weight.scalar_type())
