@@ -24,3 +24,7 @@ target_compile_options(bench_collective_checks PRIVATE ${ZERO_WARNINGS})
 add_executable(bench_fp16_step ${CMAKE_CURRENT_LIST_DIR}/bench_fp16_step.cpp)
 target_link_libraries(bench_fp16_step PRIVATE zero_gpt2_internal CLI11::CLI11)
 target_compile_options(bench_fp16_step PRIVATE ${ZERO_WARNINGS})
+# Note [Fused element-wise kernels]: each kernel and GPT-2's step, fused against unfused.
+add_executable(bench_fused_kernels ${CMAKE_CURRENT_LIST_DIR}/bench_fused_kernels.cpp)
+target_link_libraries(bench_fused_kernels PRIVATE zero_gpt2_internal CLI11::CLI11)
+target_compile_options(bench_fused_kernels PRIVATE ${ZERO_WARNINGS})

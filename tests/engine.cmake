@@ -56,3 +56,5 @@ zero_add_test(NAME test_collective_mismatch SOURCES test_collective_mismatch.cpp
               LIBS zero_engine_harness RANKS 1 2 3 TIMEOUT 300)
 # Note [fp16 GEMMs on CPUs without fp16 arithmetic] (INTERNAL: src/hardware/half_gemm.h).
 zero_add_test(NAME test_half_gemm SOURCES test_half_gemm.cpp INTERNAL)
+# The fused element-wise kernels (Note [Fused element-wise kernels]).
+zero_add_test(NAME test_fused_kernels SOURCES test_fused_kernels.cpp INTERNAL)

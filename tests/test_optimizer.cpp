@@ -30,27 +30,10 @@
 #include "optim/adam_kernels.h"
 #include "optim/device_update.h"
 #include "optim/shard_optimizer.h"
+#include "simd_levels.h"
 
 namespace zero::test {
 namespace {
-
-const char* level_name(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::kScalar: return "scalar";
-    case SimdLevel::kAvx2: return "avx2";
-    case SimdLevel::kAvx512: return "avx512";
-  }
-  return "?";
-}
-
-// The levels this CPU can run, the scalar reference first.
-std::vector<SimdLevel> levels() {
-  std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
-    if (static_cast<int>(l) <= static_cast<int>(simd_level())) out.push_back(l);
-  }
-  return out;
-}
 
 // The same bits (signed zeros included), except that a NaN matches any NaN when `any_nan`.
 // Which NaN an operation returns when both operands are NaNs (sign, payload) follows the

@@ -84,6 +84,8 @@ class ZERO_API Conv1DImpl : public torch::nn::Module {
  public:
   Conv1DImpl(int64_t in_features, int64_t out_features);
   at::Tensor forward(const at::Tensor& x);
+  /// x @ weight without the bias, for a caller that adds it fused with what follows.
+  at::Tensor product(const at::Tensor& x);
   at::Tensor weight;
   at::Tensor bias;
 };
@@ -140,6 +142,10 @@ class ZERO_API BlockImpl : public torch::nn::Module {
   Attention attn{nullptr};
   torch::nn::LayerNorm ln_2{nullptr};
   MLP mlp{nullptr};
+
+ private:
+  // h = x + attended, then h + mlp(ln_2(h)).
+  at::Tensor after_attention(const at::Tensor& x, const at::Tensor& attended);
 };
 TORCH_MODULE(Block);
 

@@ -73,6 +73,11 @@ bool hierarchical_collectives() {
   return value;
 }
 
+bool fused_kernels() {
+  static const bool value = flag("ZERO_FUSED_KERNELS", true);
+  return value;
+}
+
 bool swap_checksums() {
   static const bool value = flag("ZERO_SWAP_CHECKSUMS", true);
   return value;

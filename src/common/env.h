@@ -35,6 +35,11 @@ ZERO_INTERNAL_API int64_t ranks_per_node_override();
 /// src/comm/mpi_communicator.cpp).
 ZERO_INTERNAL_API bool hierarchical_collectives();
 
+/// ZERO_FUSED_KERNELS: "0" runs a transformer block's element-wise work as ATen's separate
+/// operations; "1" or unset: the fused CPU kernels (Note [Fused element-wise kernels],
+/// src/kernels/fused_kernels.h).
+ZERO_INTERNAL_API bool fused_kernels();
+
 /// ZERO_SWAP_CHECKSUMS: "0" writes and reads swap records without their CRC-32C (Note [Swap
 /// record checksums], src/offload/swap_file.h), for measuring what the checksums cost
 /// (bench/offload_step_ratio.sh MODEL ... checksums); zero says so once when it is off. "1" or unset: on.

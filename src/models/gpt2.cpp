@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "hardware/half_gemm.h"
+#include "kernels/fused_ops.h"
 #include "models/lm_head_loss.h"
 #include "zero/activation_checkpointing.h"
 #include "zero/error.h"
@@ -258,6 +259,12 @@ at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
   return half_gemm::addmm(bias, x.reshape({-1, in}), weight).view(out_shape);
 }
 
+at::Tensor Conv1DImpl::product(const at::Tensor& x) {
+  auto out_shape = x.sizes().vec();
+  out_shape.back() = weight.size(1);
+  return half_gemm::addmm({}, x.reshape({-1, weight.size(0)}), weight).view(out_shape);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attention
 
@@ -307,7 +314,11 @@ MLPImpl::MLPImpl(const GPT2Config& config) : dropout_(config.dropout) {
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  auto h = at::gelu(c_fc->forward(x), "tanh");  // HF "gelu_new"
+  // HF's "gelu_new" (tanh); c_fc's bias added in the same pass where the kernels are fused
+  // (Note [Fused element-wise kernels]).
+  const at::Tensor h = fused::fuses(x, c_fc->bias)
+                           ? fused::bias_gelu(c_fc->product(x), c_fc->bias)
+                           : at::gelu(c_fc->forward(x), "tanh");
   return maybe_dropout(c_proj->forward(h), dropout_, is_training());
 }
 
@@ -322,13 +333,22 @@ BlockImpl::BlockImpl(const GPT2Config& config) {
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x) {
-  auto h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  return after_attention(x, attn->forward(ln_1->forward(x)));
 }
 
 at::Tensor BlockImpl::forward_cached(const at::Tensor& x, at::Tensor& past_keys,
                                      at::Tensor& past_values) {
-  auto h = x + attn->forward_cached(ln_1->forward(x), past_keys, past_values);
+  return after_attention(x, attn->forward_cached(ln_1->forward(x), past_keys, past_values));
+}
+
+at::Tensor BlockImpl::after_attention(const at::Tensor& x, const at::Tensor& attended) {
+  if (fused::fuses(x, ln_2->weight)) {
+    // The residual add and ln_2 in one pass (Note [Fused element-wise kernels]).
+    const auto [h, normalized] = fused::residual_layer_norm(x, attended, ln_2->weight,
+                                                            ln_2->bias, ln_2->options.eps());
+    return h + mlp->forward(normalized);
+  }
+  const at::Tensor h = x + attended;
   return h + mlp->forward(ln_2->forward(h));
 }
 

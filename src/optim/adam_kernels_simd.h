@@ -1,11 +1,9 @@
 // The hand-vectorized Adam(W) loop, written once over a vector type and included once per
-// instruction set by src/optim/shard_optimizer.cpp (no include guard: on purpose). Before each
-// inclusion the includer defines, in the enclosing namespace:
-//   ZERO_SIMD_TARGET   the function attribute of that instruction set (target("..."));
-//   struct Ops         kLanes, the vector type F and always-inline operations on it: set1,
-//                      load, store, add, sub, mul, div, sqrt, load_grad (fp32/bf16/fp16 ->
-//                      fp32, exact), store_param (fp32 -> bf16/fp16, rounded as c10 rounds);
-//   adam_kernel        the scalar loop (the reference), used for the tail.
+// instruction set by src/optim/shard_optimizer.cpp through common/simd_per_isa.h (no include
+// guard: on purpose), which sets ZERO_SIMD_TARGET (the instruction set's function attribute)
+// and Ops (common/simd_ops.h: kLanes, the vector type F, set1, load, store, add, sub, mul, div,
+// sqrt, load_grad: fp32/bf16/fp16 -> fp32 exactly, store_param: rounded as c10 rounds). The
+// includer defines adam_kernel, the scalar loop (the reference), used for the tail.
 // adam_simd<kPrefetch> issues software prefetches or leaves them to the hardware.
 // Every operation of the scalar loop appears here once, in the same order and with the same
 // operands, as one IEEE-rounded vector instruction (mul, add, sub, div, sqrt: no FMA), so the

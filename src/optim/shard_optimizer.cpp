@@ -14,6 +14,7 @@
 
 #include "common/parallel.h"
 #include "common/simd_level.h"
+#include "common/simd_ops.h"
 #include "optim/adam_kernels.h"
 #include "optim/device_update.h"
 #include "zero/error.h"
@@ -86,124 +87,18 @@ void adam_loop_baseline(float* master, const Grad* grad, Param* out, float* m, f
     sgd_kernel(master, grad, out, buf, begin, end, s);                                         \
   }
 ZERO_DEFINE_LOOPS(baseline, )
-ZERO_DEFINE_LOOPS(avx2, __attribute__((target("avx2,f16c"))))
-ZERO_DEFINE_LOOPS(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c"))))
+#if defined(__x86_64__)
+ZERO_DEFINE_LOOPS(avx2, ZERO_AVX2_TARGET)
+ZERO_DEFINE_LOOPS(avx512, ZERO_AVX512_TARGET)
+#else
+ZERO_DEFINE_LOOPS(avx2, )
+ZERO_DEFINE_LOOPS(avx512, )
+#endif
 #undef ZERO_DEFINE_LOOPS
 
-#if defined(__x86_64__)
-#define ZERO_AVX2_TARGET __attribute__((target("avx2,f16c")))
-#define ZERO_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
-
-// The rare lanes of a 16-bit parameter copy whose value is NaN, rewritten by c10's own
-// conversion (F16C keeps a NaN's payload, c10::Half need not; c10::BFloat16 makes it 0x7FC0).
-template <typename Param, int64_t kLanes>
-[[gnu::noinline]] void fix_nan_lanes(Param* out, const float* values, unsigned mask) {
-  for (int64_t k = 0; k < kLanes; ++k) {
-    if (mask & (1u << k)) out[k] = static_cast<Param>(values[k]);
-  }
-}
-
-namespace avx512 {
-#define ZERO_SIMD_INLINE [[gnu::always_inline]] ZERO_AVX512_TARGET static inline
-struct Ops {
-  static constexpr int64_t kLanes = 16;
-  using F = __m512;
-  // All lanes. The masked forms of some intrinsics below compile to the same unmasked
-  // instructions; they avoid GCC 12's false -Wmaybe-uninitialized in the unmasked ones
-  // (their _mm512_undefined_* source operand, GCC bug 105593).
-  static constexpr __mmask16 kAll = 0xFFFF;
-  ZERO_SIMD_INLINE F set1(float x) { return _mm512_set1_ps(x); }
-  ZERO_SIMD_INLINE F load(const float* p) { return _mm512_loadu_ps(p); }
-  ZERO_SIMD_INLINE void store(float* p, F x) { _mm512_storeu_ps(p, x); }
-  ZERO_SIMD_INLINE F add(F a, F b) { return _mm512_add_ps(a, b); }
-  ZERO_SIMD_INLINE F sub(F a, F b) { return _mm512_sub_ps(a, b); }
-  ZERO_SIMD_INLINE F mul(F a, F b) { return _mm512_mul_ps(a, b); }
-  ZERO_SIMD_INLINE F div(F a, F b) { return _mm512_div_ps(a, b); }
-  ZERO_SIMD_INLINE F sqrt(F a) { return _mm512_mask_sqrt_ps(a, kAll, a); }
-  ZERO_SIMD_INLINE F load_grad(const float* p) { return _mm512_loadu_ps(p); }
-  // bf16 -> fp32 is exact: the 16 bits become the high half.
-  ZERO_SIMD_INLINE F load_grad(const c10::BFloat16* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16));
-  }
-  ZERO_SIMD_INLINE F load_grad(const c10::Half* p) {
-    return _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  // c10::BFloat16's rounding: round to nearest even on the bits, every NaN -> 0x7FC0.
-  ZERO_SIMD_INLINE void store_param(c10::BFloat16* p, F x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, u, 16), _mm512_set1_epi32(1));
-    const __m512i bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));
-    __m512i r = _mm512_maskz_srli_epi32(kAll, _mm512_add_epi32(u, bias), 16);
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(kAll, r));
-  }
-  // c10::Half's rounding: IEEE round to nearest even, as F16C does; NaN lanes by c10 itself.
-  ZERO_SIMD_INLINE void store_param(c10::Half* p, F x) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_maskz_cvtps_ph(kAll, x, _MM_FROUND_TO_NEAREST_INT));
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    if (__builtin_expect(nan != 0, 0)) {
-      alignas(64) float values[kLanes];
-      _mm512_store_ps(values, x);
-      fix_nan_lanes<c10::Half, kLanes>(p, values, nan);
-    }
-  }
-};
-#undef ZERO_SIMD_INLINE
-#define ZERO_SIMD_TARGET ZERO_AVX512_TARGET
-#include "optim/adam_kernels_simd.h"
-#undef ZERO_SIMD_TARGET
-}  // namespace avx512
-
-namespace avx2 {
-#define ZERO_SIMD_INLINE [[gnu::always_inline]] ZERO_AVX2_TARGET static inline
-struct Ops {
-  static constexpr int64_t kLanes = 8;
-  using F = __m256;
-  ZERO_SIMD_INLINE F set1(float x) { return _mm256_set1_ps(x); }
-  ZERO_SIMD_INLINE F load(const float* p) { return _mm256_loadu_ps(p); }
-  ZERO_SIMD_INLINE void store(float* p, F x) { _mm256_storeu_ps(p, x); }
-  ZERO_SIMD_INLINE F add(F a, F b) { return _mm256_add_ps(a, b); }
-  ZERO_SIMD_INLINE F sub(F a, F b) { return _mm256_sub_ps(a, b); }
-  ZERO_SIMD_INLINE F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  ZERO_SIMD_INLINE F div(F a, F b) { return _mm256_div_ps(a, b); }
-  ZERO_SIMD_INLINE F sqrt(F a) { return _mm256_sqrt_ps(a); }
-  ZERO_SIMD_INLINE F load_grad(const float* p) { return _mm256_loadu_ps(p); }
-  ZERO_SIMD_INLINE F load_grad(const c10::BFloat16* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  ZERO_SIMD_INLINE F load_grad(const c10::Half* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  ZERO_SIMD_INLINE void store_param(c10::BFloat16* p, F x) {
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i bias = _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
-    // Each lane holds at most 0xFFFF, so the unsigned-saturating pack is exact.
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
-  }
-  ZERO_SIMD_INLINE void store_param(c10::Half* p, F x) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-    if (__builtin_expect(nan != 0, 0)) {
-      alignas(32) float values[kLanes];
-      _mm256_store_ps(values, x);
-      fix_nan_lanes<c10::Half, kLanes>(p, values, static_cast<unsigned>(nan));
-    }
-  }
-};
-#undef ZERO_SIMD_INLINE
-#define ZERO_SIMD_TARGET ZERO_AVX2_TARGET
-#include "optim/adam_kernels_simd.h"
-#undef ZERO_SIMD_TARGET
-}  // namespace avx2
-#endif  // defined(__x86_64__)
+#define ZERO_SIMD_LOOPS "optim/adam_kernels_simd.h"
+#include "common/simd_per_isa.h"
+#undef ZERO_SIMD_LOOPS
 
 // Whether the vector loops issue software prefetches (adam_kernels_simd.h): measured faster
 // on Intel, slower on AMD (Zen 4), so only on Intel.

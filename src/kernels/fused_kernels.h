@@ -1,0 +1,73 @@
+// Fused element-wise kernels of a transformer block on the CPU: bias + GELU and residual add +
+// LayerNorm, forward and backward, each one pass over its rows.
+//
+// Note [Fused element-wise kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Around its GEMMs a GPT-2 block runs element-wise work that ATen does as separate passes over
+// memory: the MLP's bias add (a copy of the bias into the GEMM's output), tanh-GELU, and in
+// backward the GELU derivative and the bias gradient (a column sum) as two more passes; the
+// residual add, then LayerNorm's statistics and output, and in backward LayerNorm's input
+// gradient plus the residual's gradient added to it. Here each is one pass per row:
+//   bias_gelu:            g = gelu(u + b), from the bias-less GEMM output u (saved instead of
+//                         u + b: the same bytes);
+//   bias_gelu_backward:   du = dg gelu'(u + b), db = column sums of du;
+//   residual_layer_norm:  h = x + a (rounded to the dtype, as the unfused sum is), y = LN(h);
+//   ..._backward:         dh = LN'(dy) + dh_residual (rounded once), dw and db column sums.
+// The row is the unit of work (it stays in L1 across its passes), as it is of a GPU kernel's
+// thread block; rows are split over libtorch's threads in fixed blocks of kRowsPerBlock, and
+// the column sums go to one fp32 partial per block, added in block order: the results do not
+// depend on the thread count. Arithmetic is fp32 whatever the dtype (bf16/fp16 loaded exactly,
+// results rounded once). GELU is the tanh form as x sigmoid(2z) (1 + tanh z = 2 sigmoid(2z))
+// with an exp of ~1 ulp (simd::exp_reference); its vector and scalar loops give the same bits.
+// LayerNorm takes its mean and variance in two passes over the row, summed across lanes.
+// Against ATen's composition: within a few fp32 ulps (fp32) or the dtype's rounding (16-bit),
+// tests/test_fused_kernels.cpp. Every training path (all stages and world sizes) runs the
+// same kernels, so the engines' bitwise cross-stage equalities hold.
+// Selected at run time: ZERO_FUSED_KERNELS=0 (src/common/env.h) or set_enabled(false) gives
+// ATen's composition back (zero::kernels::fused_ops.h decides per call).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "common/simd_level.h"
+#include "zero/export.h"
+
+namespace zero::kernels {
+
+/// Whether a tensor can go through these kernels: on the CPU, fp32/bf16/fp16, contiguous.
+ZERO_INTERNAL_API bool supported(const at::Tensor& t);
+
+/// gelu_tanh(u + bias): u [..., F], bias [F], the same dtype.
+ZERO_INTERNAL_API at::Tensor bias_gelu(const at::Tensor& u, const at::Tensor& bias,
+                                       SimdLevel level = simd_level());
+
+struct BiasGeluGrads {
+  at::Tensor input;  // du, u's shape and dtype
+  at::Tensor bias;   // db [F], bias's dtype (summed in fp32)
+};
+ZERO_INTERNAL_API BiasGeluGrads bias_gelu_backward(const at::Tensor& grad_out, const at::Tensor& u,
+                                                   const at::Tensor& bias,
+                                                   SimdLevel level = simd_level());
+
+struct ResidualNorm {
+  at::Tensor sum;         // h = x + a
+  at::Tensor normalized;  // LayerNorm(h) * weight + bias
+  at::Tensor mean, rstd;  // per row, fp32 [rows]
+};
+/// x, a [..., C], weight and bias [C], one dtype; eps > 0.
+ZERO_INTERNAL_API ResidualNorm residual_layer_norm(const at::Tensor& x, const at::Tensor& a,
+                                                   const at::Tensor& weight, const at::Tensor& bias,
+                                                   double eps, SimdLevel level = simd_level());
+
+struct ResidualNormGrads {
+  at::Tensor input;          // dh: LayerNorm's input gradient plus grad_sum (x's and a's)
+  at::Tensor weight, bias;   // [C], weight's dtype (summed in fp32)
+};
+/// grad_normalized [..., C]; grad_sum the gradient reaching h by the residual path (undefined:
+/// none); sum, mean, rstd as residual_layer_norm returned them.
+ZERO_INTERNAL_API ResidualNormGrads residual_layer_norm_backward(
+    const at::Tensor& grad_normalized, const at::Tensor& grad_sum, const at::Tensor& sum,
+    const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& weight,
+    SimdLevel level = simd_level());
+
+}  // namespace zero::kernels

@@ -1,0 +1,33 @@
+// The fused kernels of a transformer block as differentiable operations (Note [Fused
+// element-wise kernels], kernels/fused_kernels.h), for the models: each takes the fused kernel
+// where it applies (enabled(), CPU tensors of one dtype among fp32/bf16/fp16) and ATen's
+// composition of the same operations elsewhere (a GPU, another dtype, or fusion turned off).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <utility>
+
+#include "zero/export.h"
+
+namespace zero::fused {
+
+/// Whether the fused kernels are used: ZERO_FUSED_KERNELS (src/common/env.h) until set_enabled.
+ZERO_INTERNAL_API bool enabled();
+/// For tests and benchmarks: every later call fuses or composes.
+ZERO_INTERNAL_API void set_enabled(bool on);
+
+/// Whether an operation on `input` with `parameter` fuses: enabled() and both CPU tensors of
+/// one dtype among fp32/bf16/fp16, contiguous. Models take ATen's own (unfused) form of the
+/// whole computation where not, as they did before the kernels existed.
+ZERO_INTERNAL_API bool fuses(const at::Tensor& input, const at::Tensor& parameter);
+
+/// gelu(u + bias) in its tanh form (HF's "gelu_new"): u [..., F], bias [F].
+ZERO_INTERNAL_API at::Tensor bias_gelu(const at::Tensor& u, const at::Tensor& bias);
+
+/// {h = x + a, layer_norm(h, weight, bias, eps)} over the last dimension: x, a [..., C].
+ZERO_INTERNAL_API std::pair<at::Tensor, at::Tensor> residual_layer_norm(
+    const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight, const at::Tensor& bias,
+    double eps);
+
+}  // namespace zero::fused
