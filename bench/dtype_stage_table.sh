@@ -68,14 +68,13 @@ def share(path):
                          capture_output=True, text=True).stdout
     total = in_gemm = 0.0
     for line in out.splitlines():
-        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[.\]\s+(.*)", line)
+        # "  12.34%  DSO (may hold spaces, e.g. [JIT] tid 123)  [.] SYMBOL" ([k]: the kernel's)
+        m = re.match(r"\s*([\d.]+)%\s+(.+?)\s+\[(.)\]\s+(.*)", line)
         if not m:
-            m2 = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[k\]", line)
-            if m2: total += float(m2.group(1))
             continue
-        pct, dso, sym = float(m.group(1)), m.group(2), m.group(3)
+        pct, dso, sym = float(m.group(1)), m.group(2), m.group(4)
         total += pct
-        if gemm.search(sym) or dso in ("[unknown]", "[JIT]") or sym.startswith("0x"):
+        if m.group(3) == "." and (gemm.search(sym) or dso.startswith(("[JIT]", "[unknown]"))):
             in_gemm += pct
     return 100.0 * in_gemm / total if total else float("nan")
 print("| compute | stage | tokens/s | step ms | GEMM share |")

@@ -197,10 +197,16 @@ void for_row_blocks(int64_t rows, int64_t width,
   });
 }
 
-// The per-block fp32 partials [blocks, width] summed in block order (thread-count independent).
+// The per-block fp32 partials [blocks, width] summed in block order (thread-count independent),
+// in one loop: an ATen add per block cost a tenth of LayerNorm's backward at gpt2-mini's width.
 at::Tensor sum_partials(const at::Tensor& partials) {
+  const int64_t blocks = partials.size(0), width = partials.size(1);
   at::Tensor total = partials[0].clone();
-  for (int64_t b = 1; b < partials.size(0); ++b) total.add_(partials[b]);
+  float* out = total.data_ptr<float>();
+  const float* in = partials.data_ptr<float>();
+  for (int64_t b = 1; b < blocks; ++b) {
+    for (int64_t j = 0; j < width; ++j) out[j] += in[b * width + j];
+  }
   return total;
 }
 
