@@ -1,7 +1,7 @@
 // Note [fp16 GEMMs on CPUs without fp16 arithmetic] (src/hardware/half_gemm.h): the fp32 path
 // gives one rounding of the fp32 product (bitwise), agrees with ATen's fp16 kernels to fp16
-// rounding, leaves other dtypes alone, and trains GPT-2 in fp16 as the native path does; fp16
-// attention and the fused LM head on a CPU compute in fp32 and round once.
+// rounding, leaves fp32 alone, and trains GPT-2 in fp16 as the native path does; fp16 attention
+// and the fused LM head on a CPU compute in fp32 and round once; bf16 by either path.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -106,13 +106,47 @@ TEST(HalfGemm, AddmmForwardAndGradients) {
                         at::mm(x0.to(at::kFloat), wt.to(at::kFloat).t()).to(at::kHalf)));
 }
 
-TEST(HalfGemm, OtherDtypesKeepTheirBits) {
+TEST(HalfGemm, Fp32KeepsItsBits) {
   PathScope scope(Path::kViaFp32);
-  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    const at::Tensor a = half_randn({16, 32}, 13).to(dtype), b = half_randn({32, 8}, 14).to(dtype),
-                     bias = half_randn({8}, 15).to(dtype);
-    EXPECT_TRUE(at::equal(half_gemm::mm(a, b), at::mm(a, b)));
-    EXPECT_TRUE(at::equal(half_gemm::addmm(bias, a, b), at::addmm(bias, a, b)));
+  const at::Tensor a = half_randn({16, 32}, 13).to(at::kFloat);
+  const at::Tensor b = half_randn({32, 8}, 14).to(at::kFloat);
+  const at::Tensor bias = half_randn({8}, 15).to(at::kFloat);
+  EXPECT_TRUE(at::equal(half_gemm::mm(a, b), at::mm(a, b)));
+  EXPECT_TRUE(at::equal(half_gemm::addmm(bias, a, b), at::addmm(bias, a, b)));
+}
+
+// bf16 by either path: ATen's kernels as they are, or one bf16 rounding of the fp32 product
+// (which is a bf16 GEMM's arithmetic), forward and gradients; the two within bf16 rounding.
+TEST(HalfGemm, Bf16ByEitherPath) {
+  const Path chosen = half_gemm::path(at::kBFloat16);
+  const at::Tensor x0 = half_randn({64, 96}, 16).to(at::kBFloat16);
+  const at::Tensor w0 = half_randn({96, 80}, 17).to(at::kBFloat16);
+  const at::Tensor b0 = half_randn({80}, 18).to(at::kBFloat16);
+  const at::Tensor g = half_randn({64, 80}, 19).to(at::kBFloat16);
+  std::vector<at::Tensor> results[2];
+  for (const Path path : {Path::kNative, Path::kViaFp32}) {
+    half_gemm::set_path(path, at::kBFloat16);
+    EXPECT_EQ(half_gemm::via_fp32(x0), path == Path::kViaFp32);
+    EXPECT_EQ(half_gemm::computes_in_fp32(x0), path == Path::kViaFp32);
+    at::Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(),
+               b = b0.clone().requires_grad_();
+    const at::Tensor y = half_gemm::addmm(b, x, w);
+    y.backward(g);
+    results[static_cast<int>(path)] = {y.detach(), x.grad(), w.grad(), b.grad(),
+                                       half_gemm::mm(x0, w0)};
+  }
+  half_gemm::set_path(chosen, at::kBFloat16);
+  const auto& native = results[static_cast<int>(Path::kNative)];
+  const auto& ours = results[static_cast<int>(Path::kViaFp32)];
+  EXPECT_TRUE(at::equal(native[0], at::addmm(b0, x0, w0)));
+  EXPECT_TRUE(at::equal(native[4], at::mm(x0, w0)));
+  const at::Tensor xf = x0.to(at::kFloat), wf = w0.to(at::kFloat), gf = g.to(at::kFloat);
+  EXPECT_TRUE(at::equal(ours[0], at::addmm(b0.to(at::kFloat), xf, wf).to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(ours[1], at::mm(gf, wf.t()).to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(ours[2], at::mm(xf.t(), gf).to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(ours[4], at::mm(xf, wf).to(at::kBFloat16)));
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_TRUE(at::allclose(ours[i].to(at::kFloat), native[i].to(at::kFloat), 2e-2, 2e-2)) << i;
   }
 }
 

@@ -51,15 +51,23 @@ bool collective_checks() {
   return value;
 }
 
+namespace {
+std::string gemm_path(const char* name) {
+  const char* text = std::getenv(name);
+  const std::string chosen = text == nullptr || *text == '\0' ? "auto" : text;
+  ZERO_CHECK(chosen == "auto" || chosen == "native" || chosen == "fp32", "environment variable ",
+             name, "='", chosen, "' is invalid: expected native, fp32 or auto");
+  return chosen;
+}
+}  // namespace
+
 std::string fp16_gemm_path() {
-  static const std::string value = [] {
-    const char* text = std::getenv("ZERO_FP16_GEMM");
-    const std::string chosen = text == nullptr || *text == '\0' ? "auto" : text;
-    ZERO_CHECK(chosen == "auto" || chosen == "native" || chosen == "fp32",
-               "environment variable ZERO_FP16_GEMM='", chosen,
-               "' is invalid: expected native, fp32 or auto");
-    return chosen;
-  }();
+  static const std::string value = gemm_path("ZERO_FP16_GEMM");
+  return value;
+}
+
+std::string bf16_gemm_path() {
+  static const std::string value = gemm_path("ZERO_BF16_GEMM");
   return value;
 }
 

@@ -65,6 +65,8 @@ ZERO_INTERNAL_API const std::map<std::string, double>& gemm_rates_override();
 /// src/hardware/half_gemm.h); unset or "auto": by the CPU's flags. Returned as given ("auto"
 /// when unset); anything else is an error naming the variable.
 ZERO_INTERNAL_API std::string fp16_gemm_path();
+/// ZERO_BF16_GEMM: the same for bf16 CPU GEMMs (unset or "auto": by the CPU's bf16 flags).
+ZERO_INTERNAL_API std::string bf16_gemm_path();
 
 /// ZERO_EMULATE_DEVICE_OFFLOAD: "1" runs a CPU model's offload_optimizer (stages 1-3) through
 /// the pipeline of a device model (Note [Offload of a device model], src/engine/host_offload.h):

@@ -52,20 +52,25 @@ struct Ops {
   ZERO_SIMD_INLINE F sqrt(F a) { return _mm512_mask_sqrt_ps(a, kAll, a); }
   // Beyond the optimizer's needs (the fused kernels of src/kernels/):
   ZERO_SIMD_INLINE F zero() { return _mm512_setzero_ps(); }
-  ZERO_SIMD_INLINE F max(F a, F b) { return _mm512_max_ps(a, b); }
-  ZERO_SIMD_INLINE F min(F a, F b) { return _mm512_min_ps(a, b); }
+  ZERO_SIMD_INLINE F max(F a, F b) { return _mm512_maskz_max_ps(kAll, a, b); }
+  ZERO_SIMD_INLINE F min(F a, F b) { return _mm512_maskz_min_ps(kAll, a, b); }
   ZERO_SIMD_INLINE void store_param(float* p, F x) { _mm512_storeu_ps(p, x); }
   // Round to nearest even, as std::nearbyint in the default rounding mode.
-  ZERO_SIMD_INLINE F round(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  ZERO_SIMD_INLINE F round(F a) {
+    return _mm512_maskz_roundscale_ps(kAll, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
   // 2^n for integral n in [-126, 127] held as floats: the exponent field built directly.
   ZERO_SIMD_INLINE F pow2(F n) {
-    const __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+    const __m512i e = _mm512_add_epi32(_mm512_maskz_cvttps_epi32(kAll, n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, e, 23));
   }
   // Lanes summed pairwise in a fixed tree (halves, then quarters, ...).
   ZERO_SIMD_INLINE float reduce_add(F a) {
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    // Halves by masked extracts: GCC 12's _mm512_castps512_ps256 and unmasked extract read an
+    // "undefined" source it then warns about (the bug above).
+    const __m512d d = _mm512_castps_pd(a);
+    const __m256 h = _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 0)),
+                                   _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xFF, d, 1)));
     const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     const __m128 e = _mm_add_ps(q, _mm_movehl_ps(q, q));
     return _mm_cvtss_f32(_mm_add_ss(e, _mm_movehdup_ps(e)));

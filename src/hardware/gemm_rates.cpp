@@ -39,8 +39,8 @@ int rate_index(at::ScalarType dtype) {
 // step). Each layout is 33.5 MFLOP: ~0.3 ms in fp32 and ~25 ms in a scalar 16-bit loop on one
 // core, large enough that the kernel, not the call, is timed. The rate is the layouts' FLOPs
 // over the sum of their best times of kRepetitions, after a warm-up (first-call dispatch,
-// packing, page faults). fp16 runs by the path the models' GEMMs take (Note [fp16 GEMMs on
-// CPUs without fp16 arithmetic]), so the rate is the one a step sees.
+// packing, page faults). 16-bit dtypes run by the path the models' GEMMs take (Note [fp16
+// GEMMs on CPUs without fp16 arithmetic]), so the rate is the one a step sees.
 // Inputs are deterministic ramps: measuring must not draw from the global generator, whose
 // state decides the model's initial weights.
 double measure_gflops(at::ScalarType dtype) {
@@ -73,6 +73,7 @@ double measure_gflops(at::ScalarType dtype) {
 }
 
 }  // namespace
+
 
 GemmRates::GemmRates() {
   // Linux: the first processor's model name and flags.

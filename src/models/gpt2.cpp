@@ -88,10 +88,10 @@ std::vector<at::Tensor> split_heads(const at::Tensor& qkv, int64_t n_head) {
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& allowed, bool causal, double p) {
   if (half_gemm::computes_in_fp32(q)) {
-    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 attention on a CPU in fp32, the
-    // output rounded to fp16 once.
+    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: 16-bit attention on a CPU in fp32
+    // where that is the faster way, the output rounded once.
     return attend(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), allowed, causal, p)
-        .to(at::kHalf);
+        .to(q.scalar_type());
   }
 #if TORCH_VERSION_MAJOR >= 2
   // No mask at all unless one is given (an undefined tensor is not "no mask" to every kernel).
@@ -566,9 +566,10 @@ void GPT2Config::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
              {C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
       const at::Tensor x = at::zeros({tokens, in}, options);
       const at::Tensor w = at::zeros({in, out}, options);
-      const at::Tensor dy = at::mm(x, w);
-      at::mm(dy, w.t());
-      at::mm(x.t(), dy);
+      // By the path the step's GEMMs take (Note [fp16 GEMMs on CPUs without fp16 arithmetic]).
+      const at::Tensor dy = half_gemm::mm(x, w);
+      half_gemm::mm(dy, w.t());
+      half_gemm::mm(x.t(), dy);
     }
   }
   release_freed_host_memory();  // the scratch tensors' blocks (zero/memory.h)
@@ -584,8 +585,9 @@ void GPT2Config::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
 //     copy c_proj reads (C), the residual sum (ln_2's input), ln_2's output (c_fc's input),
 //     c_fc's output (4C, gelu's input) and gelu's output (4C, mlp c_proj's input); plus
 //     fp32 statistics (two LayerNorms' mean and rstd, 4 N; the attention's log-sum-exp, H N).
-//     fp16 on a host computes the attention in fp32 (Note [fp16 GEMMs on CPUs without fp16
-//     arithmetic]): q, k, v and the attention output are kept in fp32, 8 C N bytes more.
+//     fp16 on a host (bf16 where its GEMMs go via fp32) computes the attention in fp32 (Note
+//     [fp16 GEMMs on CPUs without fp16 arithmetic]): q, k, v and the attention output are kept
+//     in fp32, 8 C N bytes more.
 //     With dropout each resid dropout keeps its mask (2 C N e) and the attention takes the
 //     math path, which keeps the probabilities, the mask and the dropped probabilities
 //     (3 B H T^2 e): an estimate, the default dropout 0 is the case measured exactly;
@@ -596,7 +598,7 @@ void GPT2Config::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
 //   - the forward's peak is at the head: an fp32 V x C accumulator and one block of logits
 //     (rows = min(N, 2^24 / V), rows x V in the compute dtype; when that is 16-bit also the
 //     block's fp32 log-softmax, two compute-dtype copies of the probabilities and the V x C
-//     product before it is added to the accumulator; fp16 on a host runs the loop in fp32:
+//     product before it is added to the accumulator; widened (above) the loop runs in fp32:
 //     fp32 copies of the hidden states and the weight, an fp32 block, the hidden states'
 //     gradient in fp32 and rounded, the weight's rounded);
 //   - during backward the head's V x C gradient waits in autograd's input buffer of the tied
@@ -631,10 +633,10 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarTy
   const int64_t N = micro_batch * seq;
   const int64_t CNe = C * N * e;
   const int64_t V = vocab_size;
-  // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 on a host computes the attention
-  // in fp32 (fp32 q, k, v and output kept, 8 bytes per element more than fp16's) and runs the
-  // LM head's loop in fp32 (below).
-  const bool widened = on_host && compute_dtype == at::kHalf;
+  // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 on a host (bf16 where its GEMMs
+  // go via fp32) computes the attention in fp32 (fp32 q, k, v and output kept, 8 bytes per
+  // element more than 16 bits) and runs the LM head's loop in fp32 (below).
+  const bool widened = on_host && half_gemm::computes_in_fp32(compute_dtype);
   int64_t block = 16 * CNe + 4 * N * 4 + n_head * N * 4 + (widened ? 8 * C * N : 0);
   if (dropout > 0.0) block += 2 * CNe + 3 * micro_batch * n_head * seq * seq * e;
   const int64_t ids = 2 * N * 8;

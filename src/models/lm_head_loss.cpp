@@ -46,8 +46,9 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     const int64_t block_elements = hidden.is_cpu() ? kBlockElements : kDeviceBlockElements;
     const int64_t rows =
         std::max<int64_t>(1, std::min(n, block_rows > 0 ? block_rows : block_elements / vocab));
-    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 on a CPU runs the whole loop in
-    // fp32 on fp32 copies of the inputs, its results rounded to fp16 once, as one GEMM's are:
+    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 on a CPU (bf16 where its GEMMs
+    // go via fp32) runs the whole loop in fp32 on fp32 copies of the inputs, its results
+    // rounded once, as one GEMM's are:
     // rounding every block's logits and probabilities to fp16 only to widen them again for
     // the log-softmax and the next GEMM took a fifth of gpt2-tiny's step in conversions.
     const bool widened = half_gemm::computes_in_fp32(hidden);
