@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
         "{\"lr\": 1e-4, \"weight_decay\": 0.1}}, \"zero_optimization\": {\"stage\": " +
         std::to_string(o.stage) + offload + "}}";
     const zero::Config config = zero::parse_config(json, comm->size(), "bench_offload_cuda");
-    zero::PlanModel plan_model = shape.plan_model(o.batch, o.seq, config.compute_dtype);
+    zero::PlanModel plan_model =
+        shape.plan_model(o.batch, o.seq, config.compute_dtype, /*on_host=*/false);
     const zero::MemoryPlan plan = zero::plan_memory(config, plan_model, zero::PlanTarget::kDevice);
     const double peak = zero::bench::bf16_gemm_peak_flops();
     std::printf("bench_offload_cuda model=%s params=%.2fB layers=%lld width=%lld heads=%lld "

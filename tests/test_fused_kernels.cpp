@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "common/simd_ops.h"
 #include "kernels/fused_kernels.h"
@@ -72,9 +73,9 @@ TEST(FusedKernels, ExpIsWithinTwoUlpsOfStdExp) {
 TEST(FusedKernels, BiasGeluMatchesTheComposition) {
   for (const at::ScalarType dtype : kDtypes) {
     SCOPED_TRACE(c10::toString(dtype));
-    // 37 x 200: rows across blocks and a tail past the vector width at every level.
-    const at::Tensor u0 = randn({37, 200}, 1, dtype, 2.0), b0 = randn({200}, 2, dtype);
-    const at::Tensor g = randn({37, 200}, 3, dtype);
+    // 37 x 203: rows across blocks and a tail past the vector width at every level.
+    const at::Tensor u0 = randn({37, 203}, 1, dtype, 2.0), b0 = randn({203}, 2, dtype);
+    const at::Tensor g = randn({37, 203}, 3, dtype);
     const at::Tensor uw = u0.to(at::kFloat).requires_grad_(true);
     const at::Tensor bw = b0.to(at::kFloat).requires_grad_(true);
     const at::Tensor want = at::gelu(uw + bw, "tanh");
@@ -110,10 +111,12 @@ TEST(FusedKernels, BiasGeluIsBitwiseTheScalarLoopAtEveryLevel) {
   }
 }
 
-// Extreme inputs: the exp saturates without overflow (gelu -> 0 below, -> v above).
+// Extreme inputs: the exp saturates without overflow (gelu -> 0 below, -> v above), in the
+// vector lanes as in the tail (35 values: two AVX-512 vectors and three more).
 TEST(FusedKernels, BiasGeluAtTheTails) {
-  const at::Tensor u = at::tensor({-1e4f, -60.0f, -10.0f, 0.0f, 10.0f, 60.0f, 1e4f}).view({1, 7});
-  const at::Tensor b = at::zeros({7});
+  const at::Tensor extremes = at::tensor({-1e4f, -60.0f, -10.0f, 0.0f, 10.0f, 60.0f, 1e4f});
+  const at::Tensor u = extremes.repeat({5}).view({1, 35});
+  const at::Tensor b = at::zeros({35});
   for (const SimdLevel level : levels()) {
     const at::Tensor out = kernels::bias_gelu(u, b, level);
     EXPECT_TRUE(close(out, at::gelu(u, "tanh"), 1e-6, 1e-30)) << level_name(level);
@@ -128,7 +131,7 @@ TEST(FusedKernels, BiasGeluAtTheTails) {
 TEST(FusedKernels, ResidualLayerNormMatchesTheComposition) {
   for (const at::ScalarType dtype : kDtypes) {
     SCOPED_TRACE(c10::toString(dtype));
-    const int64_t C = 200;
+    const int64_t C = 203;  // a tail past the vector width at every level
     const at::Tensor x0 = randn({3, 13, C}, 7, dtype), a0 = randn({3, 13, C}, 8, dtype);
     const at::Tensor w0 = randn({C}, 9, dtype).add_(1.0), b0 = randn({C}, 10, dtype, 0.1);
     const at::Tensor gy = randn({3, 13, C}, 11, dtype), gh = randn({3, 13, C}, 12, dtype);
@@ -192,6 +195,10 @@ TEST(FusedKernels, OperationsThroughAutograd) {
                                       b0.clone().requires_grad_(true)};
     const auto [h, y] = fused::residual_layer_norm(leaves[0], leaves[1], leaves[2], leaves[3], 1e-5);
     const at::Tensor g = fused::bias_gelu(y, leaves[3]);
+    // The fused path is the one taken when on (the autograd nodes are ours), not when off.
+    const std::string norm_node = h.grad_fn()->name(), gelu_node = g.grad_fn()->name();
+    EXPECT_EQ(norm_node.find("ResidualLayerNorm") != std::string::npos, on) << norm_node;
+    EXPECT_EQ(gelu_node.find("BiasGelu") != std::string::npos, on) << gelu_node;
     (h.sum() * 0.5 + (g * g).sum()).backward();
     std::vector<at::Tensor> out = {h.detach(), g.detach()};
     for (const at::Tensor& leaf : leaves) out.push_back(leaf.grad());
@@ -208,11 +215,11 @@ TEST(FusedKernels, OperationsThroughAutograd) {
   EXPECT_TRUE(at::equal(composed[1], g));
 }
 
-// GPT-2's loss and gradients with the block's kernels fused and unfused (fp32 and bf16).
+// GPT-2's loss and gradients with the block's kernels fused and unfused (fp32, bf16, fp16).
 TEST(FusedKernels, Gpt2TrainsFusedAsUnfused) {
   auto config = gpt2::GPT2Config::preset("gpt2-tiny");
   config.n_layer = 2;
-  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     SCOPED_TRACE(c10::toString(dtype));
     torch::manual_seed(0);
     auto model = std::make_shared<gpt2::GPT2Impl>(config);
@@ -229,6 +236,9 @@ TEST(FusedKernels, Gpt2TrainsFusedAsUnfused) {
       for (const auto& p : model->parameters()) grads.push_back(p.grad().reshape({-1}).to(at::kFloat));
       return std::make_pair(loss.item<double>(), at::cat(grads));
     };
+    // The model's block takes the fused path for its parameters' dtype.
+    EXPECT_TRUE(fused::fuses(at::zeros({2, config.n_embd}, dtype),
+                             model->transformer->h[0]->as<gpt2::BlockImpl>()->ln_2->weight));
     const auto [fused_loss, fused_grads] = run(true);
     const auto [loss, grads] = run(false);
     const double tolerance = dtype == at::kFloat ? 1e-5 : 2e-2;

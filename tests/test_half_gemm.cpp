@@ -154,7 +154,6 @@ TEST(HalfGemm, Bf16ByEitherPath) {
 // gradients rounded once (bitwise), whatever the GEMM path, and within fp16 rounding of the
 // fp16 composition it replaces (logits in fp16, then cross-entropy in fp32).
 TEST(HalfGemm, FusedHeadInFp16IsItsFp32ComputationRoundedOnce) {
-  const at::Tensor hidden = half_randn({40, 64}, 21), weight = half_randn({1000, 64}, 22);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(23);
   const at::Tensor targets = at::randint(0, 1000, {40}, generator);
   struct Result {
@@ -168,19 +167,29 @@ TEST(HalfGemm, FusedHeadInFp16IsItsFp32ComputationRoundedOnce) {
     loss.backward();
     return Result{loss.detach(), h.grad(), w.grad()};
   };
-  const Result wide = run(hidden.to(at::kFloat), weight.to(at::kFloat), true);
-  for (const Path path : {Path::kNative, Path::kViaFp32}) {
-    SCOPED_TRACE(half_gemm::path_name(path));
-    PathScope scope(path);
+  // fp16 by either GEMM path; bf16 where its GEMMs go via fp32 (the note).
+  const std::vector<std::pair<at::ScalarType, Path>> cases = {
+      {at::kHalf, Path::kNative}, {at::kHalf, Path::kViaFp32}, {at::kBFloat16, Path::kViaFp32}};
+  for (const auto& [dtype, path] : cases) {
+    SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + half_gemm::path_name(path));
+    const Path chosen = half_gemm::path(dtype);
+    half_gemm::set_path(path, dtype);
+    const at::Tensor hidden = half_randn({40, 64}, 21).to(dtype);
+    const at::Tensor weight = half_randn({1000, 64}, 22).to(dtype);
+    const Result wide = run(hidden.to(at::kFloat), weight.to(at::kFloat), true);
     const Result ours = run(hidden, weight, true);
     EXPECT_TRUE(at::equal(ours.loss, wide.loss));
-    EXPECT_TRUE(at::equal(ours.grad_hidden, wide.grad_hidden.to(at::kHalf)));
-    EXPECT_TRUE(at::equal(ours.grad_weight, wide.grad_weight.to(at::kHalf)));
+    EXPECT_TRUE(at::equal(ours.grad_hidden, wide.grad_hidden.to(dtype)));
+    EXPECT_TRUE(at::equal(ours.grad_weight, wide.grad_weight.to(dtype)));
     const Result composed = run(hidden, weight, false);
+    half_gemm::set_path(chosen, dtype);
+    const double tolerance = dtype == at::kHalf ? 1.0 : 8.0;  // bf16: 3 fewer mantissa bits
     EXPECT_NEAR(ours.loss.item<double>(), composed.loss.item<double>(),
-                2e-3 * composed.loss.item<double>());
-    expect_fp16_close(ours.grad_hidden, composed.grad_hidden);
-    expect_fp16_close(ours.grad_weight, composed.grad_weight);
+                2e-3 * tolerance * composed.loss.item<double>());
+    EXPECT_TRUE(at::allclose(ours.grad_hidden.to(at::kFloat), composed.grad_hidden.to(at::kFloat),
+                             4e-3 * tolerance, 4e-3 * tolerance));
+    EXPECT_TRUE(at::allclose(ours.grad_weight.to(at::kFloat), composed.grad_weight.to(at::kFloat),
+                             4e-3 * tolerance, 4e-3 * tolerance));
   }
 }
 

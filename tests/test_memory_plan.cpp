@@ -102,21 +102,26 @@ TEST(MemoryPlan, SixteenBitParametersToo) {
   }
 }
 
-// fp16 compute at stage 2 by both ways of Note [fp16 GEMMs on CPUs without fp16 arithmetic]:
-// ATen's fp16 kernels, and fp32 GEMMs with the widened attention and LM head that CPUs without
-// fp16 arithmetic run (this CPU's choice restored after).
-TEST(MemoryPlan, Fp16ComputeByEitherGemmPath) {
+// 16-bit compute at stage 2 by both ways of Note [fp16 GEMMs on CPUs without fp16
+// arithmetic]: ATen's kernels, and fp32 GEMMs, with (bf16 via fp32, fp16 always) the attention
+// and LM head computing in fp32, which the plan counts (this CPU's choices restored after).
+TEST(MemoryPlan, SixteenBitComputeByEitherGemmPath) {
   track_host_memory();
   auto comm = world();
-  const half_gemm::Path chosen = half_gemm::path();
-  const Config config = config_at(2, comm->size(), "",
-                                  "\"fp16\": {\"enabled\": true}, \"compute_data_type\": \"fp16\", ");
-  for (const half_gemm::Path path : {half_gemm::Path::kNative, half_gemm::Path::kViaFp32}) {
-    SCOPED_TRACE(half_gemm::path_name(path));
-    half_gemm::set_path(path);
-    expect_plan_within_ten_percent(gpt2::GPT2Config::preset("gpt2-tiny"), config, comm);
+  for (const at::ScalarType dtype : {at::kHalf, at::kBFloat16}) {
+    const bool half = dtype == at::kHalf;
+    const half_gemm::Path chosen = half_gemm::path(dtype);
+    const Config config = config_at(
+        2, comm->size(), "",
+        std::string(half ? "\"fp16\"" : "\"bf16\"") + ": {\"enabled\": true}, " +
+            "\"compute_data_type\": \"" + (half ? "fp16" : "bf16") + "\", ");
+    for (const half_gemm::Path path : {half_gemm::Path::kNative, half_gemm::Path::kViaFp32}) {
+      SCOPED_TRACE(std::string(half ? "fp16 " : "bf16 ") + half_gemm::path_name(path));
+      half_gemm::set_path(path, dtype);
+      expect_plan_within_ten_percent(gpt2::GPT2Config::preset("gpt2-tiny"), config, comm);
+    }
+    half_gemm::set_path(chosen, dtype);
   }
-  half_gemm::set_path(chosen);
 }
 
 // A device model's offloaded optimizer, run through its CPU stand-in (ZERO_EMULATE_DEVICE_OFFLOAD:

@@ -279,7 +279,8 @@ zero::Config load_filled_config(const Options& o, const zero::gpt2::GPT2Config& 
                                       return v.origin.find(flag) != std::string::npos;
                                     });
     if (!fit || !filled || micro_batch == 1) break;
-    zero::PlanModel plan_model = model.plan_model(micro_batch, seq, config.compute_dtype);
+    zero::PlanModel plan_model = model.plan_model(micro_batch, seq, config.compute_dtype,
+                                                  /*on_host=*/true);  // fitted on CPUs only
     plan_model.process_baseline_bytes = std::max<int64_t>(0, zero::resident_bytes());
     zero::Config fitted = config;
     const int64_t budget = memory_per_rank / 10 * 9;

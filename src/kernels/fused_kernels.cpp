@@ -187,6 +187,7 @@ void with_element_type(at::ScalarType dtype, Fn&& fn) {
 // fn(block, first row, end row) for every block of kRowsPerBlock rows, over libtorch's threads.
 void for_row_blocks(int64_t rows, int64_t width,
                     const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  if (rows == 0 || width == 0) return;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   // At least ~64K elements per thread's share before splitting.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (kRowsPerBlock * width));

@@ -19,7 +19,8 @@ bool applies(std::initializer_list<const at::Tensor*> tensors) {
   if (!enabled()) return false;
   const at::ScalarType dtype = (*tensors.begin())->scalar_type();
   for (const at::Tensor* t : tensors) {
-    if (!kernels::supported(*t) || t->scalar_type() != dtype) return false;
+    // Empty tensors (a zero width) take the composition: the kernels' rows need elements.
+    if (!kernels::supported(*t) || t->scalar_type() != dtype || t->numel() == 0) return false;
   }
   return true;
 }
