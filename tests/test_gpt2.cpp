@@ -101,14 +101,20 @@ TEST(GPT2, ParameterNamesAndShapesMatchHF) {
   EXPECT_EQ(model->num_parameters(), count_from_shapes(c));
 }
 
+// A small GPT-2 (2 layers, width 64, context 32, vocab 97) from `seed`, in eval mode.
+GPT2 small_eval_model(uint64_t seed) {
+  GPT2Config c = GPT2Config::named("L2-C64-H4-T32");
+  c.vocab_size = 97;
+  torch::manual_seed(seed);
+  GPT2 model(c);
+  model->eval();
+  return model;
+}
+
 // The KV cache (forward_cached): a prompt prefilled, then one token at a time, then a chunk of
 // three after a cached past (the masked path) give forward()'s logits of the whole sequence.
 TEST(GPT2, CachedForwardGivesTheLogitsOfTheWholeSequence) {
-  GPT2Config c = GPT2Config::named("L2-C64-H4-T32");
-  c.vocab_size = 97;
-  torch::manual_seed(5);
-  GPT2 model(c);
-  model->eval();
+  GPT2 model = small_eval_model(5);
   at::NoGradGuard no_grad;
   const at::Tensor ids = at::randint(0, 97, {2, 20}, at::kLong);
   const at::Tensor whole = model->forward(ids);
@@ -135,11 +141,7 @@ TEST(GPT2, CachedForwardGivesTheLogitsOfTheWholeSequence) {
 // token's logits are those of forward() over what the cache holds then, the prompt's last
 // `context` ids first and, once the cache is full, the last half of the context again.
 TEST(GPT2, NextLogitsFollowTheWindowOfTheContext) {
-  GPT2Config c = GPT2Config::named("L2-C64-H4-T32");
-  c.vocab_size = 97;
-  torch::manual_seed(6);
-  GPT2 model(c);
-  model->eval();
+  GPT2 model = small_eval_model(6);
   at::NoGradGuard no_grad;
   const at::Tensor all = at::randint(0, 97, {30}, at::kLong);
   const int64_t context = 8;

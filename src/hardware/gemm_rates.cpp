@@ -74,7 +74,6 @@ double measure_gflops(at::ScalarType dtype) {
 
 }  // namespace
 
-
 GemmRates::GemmRates() {
   // Linux: the first processor's model name and flags.
   std::ifstream cpuinfo("/proc/cpuinfo");

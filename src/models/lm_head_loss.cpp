@@ -46,19 +46,20 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     const int64_t block_elements = hidden.is_cpu() ? kBlockElements : kDeviceBlockElements;
     const int64_t rows =
         std::max<int64_t>(1, std::min(n, block_rows > 0 ? block_rows : block_elements / vocab));
-    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: fp16 on a CPU (bf16 where its GEMMs
-    // go via fp32) runs the whole loop in fp32 on fp32 copies of the inputs, its results
-    // rounded once, as one GEMM's are:
-    // rounding every block's logits and probabilities to fp16 only to widen them again for
-    // the log-softmax and the next GEMM took a fifth of gpt2-tiny's step in conversions.
+    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: 16-bit inputs that compute in fp32 on
+    // this CPU (fp16 always, bf16 on its fp32 path) run the whole loop in fp32 on fp32 copies,
+    // its results rounded once: rounding every block's logits and probabilities to 16 bits only
+    // to widen them again took a fifth of gpt2-tiny's fp16 step in conversions. Every other
+    // case is one whose GEMMs half_gemm would leave to ATen, so the loop calls ATen itself.
     const bool widened = half_gemm::computes_in_fp32(hidden);
+    ZERO_INTERNAL_ASSERT(widened || !half_gemm::via_fp32(hidden),
+                         "lm_head_cross_entropy: GEMMs via fp32 without the fp32 loop");
     const at::Tensor inputs = widened ? hidden.to(at::kFloat) : hidden;
     const auto compute = inputs.options();
     const auto fp32 = compute.dtype(at::kFloat);
     at::Tensor block = at::empty({rows, vocab}, compute);
     // Converted once for every block (the same note).
-    const at::Tensor weight_operand =
-        widened ? weight.to(at::kFloat) : half_gemm::operand(weight);
+    const at::Tensor weight_operand = widened ? weight.to(at::kFloat) : weight;
     at::Tensor grad_hidden = need_hidden ? at::empty_like(inputs) : at::Tensor();
     // Accumulated over blocks in fp32 whatever the compute dtype.
     at::Tensor grad_weight = need_weight ? at::zeros({vocab, weight.size(1)}, fp32) : at::Tensor();
@@ -71,7 +72,7 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
       const at::Tensor h = inputs.narrow(0, begin, r);
       const at::Tensor t = targets.narrow(0, begin, r);
       at::Tensor logits = block.narrow(0, 0, r);
-      half_gemm::mm_out(logits, h, weight_operand.t());
+      at::mm_out(logits, h, weight_operand.t());
       // log-softmax in fp32, in place when the compute dtype is fp32.
       at::Tensor log_p = logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
       at::_log_softmax_out(log_p, log_p, 1, false);
@@ -86,13 +87,13 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
                                        : p.to(compute.dtype().toScalarType());
       if (need_hidden) {
         at::Tensor out = grad_hidden.narrow(0, begin, r);
-        half_gemm::addmm_out(out, out, p_compute, weight_operand, /*beta=*/0, /*alpha=*/scale);
+        at::addmm_out(out, out, p_compute, weight_operand, /*beta=*/0, /*alpha=*/scale);
       }
       if (need_weight) {
         if (grad_weight.scalar_type() == p_compute.scalar_type()) {
           grad_weight.addmm_(p_compute.t(), h, /*beta=*/1, /*alpha=*/scale);
         } else {
-          grad_weight.add_(half_gemm::mm(p_compute.t(), h), scale);
+          grad_weight.add_(at::mm(p_compute.t(), h), scale);
         }
       }
     }
