@@ -17,3 +17,11 @@ add_test(NAME zero_generate
                  ${CMAKE_CURRENT_BINARY_DIR}/zero_generate)
 set_tests_properties(zero_generate PROPERTIES TIMEOUT 300
                      ENVIRONMENT "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1")
+# Llama-family models (zero/llama.h) against transformers: directories made by
+# tests/models/make_hf_llama.py; run only by hf_llama (skipped, exit 77, without transformers).
+zero_add_test(NAME test_llama_pretrained SOURCES test_llama_pretrained.cpp RUN_BY hf_llama)
+add_test(NAME hf_llama
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/models/check_hf_llama.sh $<TARGET_FILE:test_llama_pretrained>
+                 ${MPIEXEC_EXECUTABLE} ${ZERO_PYTHON3} ${CMAKE_CURRENT_BINARY_DIR}/hf_llama)
+set_tests_properties(hf_llama PROPERTIES TIMEOUT 900
+                     ENVIRONMENT "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1")

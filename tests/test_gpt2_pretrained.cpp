@@ -11,9 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdlib>
-#include <fstream>
-
+#include "hf_manifest.h"
 #include "test_util.h"
 #include "zero/config.h"
 #include "zero/engine.h"
@@ -24,13 +22,6 @@
 namespace zero::test {
 namespace {
 
-nlohmann::json manifest() {
-  const char* path = std::getenv("ZERO_TEST_HF_MANIFEST");
-  if (path == nullptr) return nullptr;
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
 struct Loaded {
   std::shared_ptr<gpt2::GPT2Impl> model;
   std::unique_ptr<Engine> engine;
@@ -38,12 +29,7 @@ struct Loaded {
 
 Loaded load(const std::string& dir, int stage) {
   auto comm = world();
-  const Config config = parse_config(
-      "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": 1.0, \"optimizer\": "
-      "{\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}}, \"zero_optimization\": {\"stage\": " +
-          std::to_string(stage) +
-          (stage == 3 ? ", \"stage3_param_persistence_threshold\": 0" : "") + "}}",
-      comm->size(), "test");
+  const Config config = parse_config(hf_finetune_config(stage), comm->size(), "test");
   Loaded loaded;
   const gpt2::GPT2Config shape = gpt2::hf_config_from_dir(dir);
   torch::manual_seed(1);  // the random init the weights replace
@@ -58,19 +44,10 @@ Loaded load(const std::string& dir, int stage) {
   return loaded;
 }
 
-at::Tensor tokens_of(const nlohmann::json& m) {
-  std::vector<int64_t> flat;
-  for (const auto& row : m["tokens"]) {
-    for (const auto& id : row) flat.push_back(id.get<int64_t>());
-  }
-  const int64_t rows = static_cast<int64_t>(m["tokens"].size());
-  return at::tensor(flat, at::kLong).view({rows, -1});
-}
-
 TEST(HuggingFaceInit, EveryVariantGivesTheHuggingFaceLossAtEveryStage) {
-  const nlohmann::json m = manifest();
+  const nlohmann::json m = hf_manifest();
   if (m.is_null()) GTEST_SKIP() << "ZERO_TEST_HF_MANIFEST is not set (ctest hf_init sets it)";
-  const at::Tensor tokens = tokens_of(m);
+  const at::Tensor tokens = hf_token_rows(m["tokens"]);
   const int64_t t = tokens.size(1) - 1;
   const at::Tensor x = tokens.narrow(1, 0, t).contiguous(), y = tokens.narrow(1, 1, t).contiguous();
   for (const auto& variant : m["variants"]) {
@@ -87,10 +64,10 @@ TEST(HuggingFaceInit, EveryVariantGivesTheHuggingFaceLossAtEveryStage) {
 }
 
 TEST(HuggingFaceInit, FineTuningGivesTheSameLossesAtEveryStage) {
-  const nlohmann::json m = manifest();
+  const nlohmann::json m = hf_manifest();
   if (m.is_null()) GTEST_SKIP() << "ZERO_TEST_HF_MANIFEST is not set (ctest hf_init sets it)";
   auto comm = world();
-  const at::Tensor tokens = tokens_of(m);
+  const at::Tensor tokens = hf_token_rows(m["tokens"]);
   const int64_t t = tokens.size(1) - 1;
   // Each rank one of the two rows (at one rank: the first), the same four steps.
   const int64_t row = comm->rank() % tokens.size(0);
@@ -118,19 +95,9 @@ TEST(HuggingFaceInit, FineTuningGivesTheSameLossesAtEveryStage) {
 }
 
 TEST(HuggingFaceInit, BadDirectoriesAreRefusedOnEveryRank) {
-  const nlohmann::json m = manifest();
+  const nlohmann::json m = hf_manifest();
   if (m.is_null()) GTEST_SKIP() << "ZERO_TEST_HF_MANIFEST is not set (ctest hf_init sets it)";
-  for (const auto& bad : m["bad"]) {
-    SCOPED_TRACE(bad["name"].get<std::string>());
-    try {
-      (void)load(bad["dir"].get<std::string>(), 2);
-      ADD_FAILURE() << "accepted";
-    } catch (const Error& error) {
-      EXPECT_NE(std::string(error.what()).find(bad["message"].get<std::string>()),
-                std::string::npos)
-          << error.what();
-    }
-  }
+  expect_every_bad_directory_refused(m["bad"], [](const std::string& dir) { (void)load(dir, 2); });
 }
 
 }  // namespace

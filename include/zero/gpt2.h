@@ -11,6 +11,7 @@
 // HF's Conv1D stores weights as [in, out] (the transpose of nn::Linear); we keep that layout.
 #pragma once
 
+#include "zero/causal_lm.h"
 #include "zero/export.h"
 #include "zero/memory_plan.h"
 
@@ -26,7 +27,8 @@
 
 namespace zero::gpt2 {
 
-struct ZERO_API GPT2Config {
+/// GPT-2's shape; the causal-LM interface's "gpt2" family (zero/causal_lm.h).
+struct ZERO_API GPT2Config : CausalLMConfig {
   int64_t vocab_size = 50257;
   int64_t n_positions = 1024;  // context length
   int64_t n_embd = 768;
@@ -51,7 +53,7 @@ struct ZERO_API GPT2Config {
   static GPT2Config named(const std::string& name);
   /// Trainable elements of a model of this shape (GPT2Impl::num_parameters), without building
   /// it: for estimates before anything is allocated.
-  int64_t num_parameters() const;
+  int64_t num_parameters() const override;
   static std::vector<std::string> preset_names();
 
   /// The memory planner's view of this model (zero/memory_plan.h), built without the model:
@@ -62,7 +64,7 @@ struct ZERO_API GPT2Config {
   /// computed on the CPU (false: on a GPU), which decides how fp16 computes. Note [GPT-2
   /// activation memory] in gpt2.cpp derives them.
   PlanModel plan_model(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype,
-                       bool on_host = true) const;
+                       bool on_host = true) const override;
 
   /// Runs the GEMMs of one micro-batch's step once on scratch tensors (the fused LM head and
   /// loss with its gradients, and each block's three matrix shapes forward and backward), so
@@ -70,13 +72,24 @@ struct ZERO_API GPT2Config {
   /// a copy of much of the LM head's weight) is resident before the process baseline of the
   /// plan (PlanModel::process_baseline_bytes) is measured. On the host only; the scratch
   /// tensors are freed and the host block cache emptied before it returns.
-  void warm_up_host_gemms(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype) const;
+  void warm_up_host_gemms(int64_t micro_batch, int64_t seq,
+                          c10::ScalarType compute_dtype) const override;
 
   /// This configuration as Hugging Face's GPT2Config (the config.json that
   /// `transformers.GPT2LMHeadModel.from_pretrained(dir)` reads beside dir/model.safetensors):
   /// the sizes, "gelu_new", the dropout as resid/embd/attn_pdrop, tied embeddings, and
   /// `torch_dtype` = `dtype` ("float32", "bfloat16" or "float16"). Compact JSON text.
-  std::string hf_config_json(const std::string& dtype = "float32") const;
+  std::string hf_config_json(const std::string& dtype = "float32") const override;
+
+  // The rest of zero/causal_lm.h's CausalLMConfig.
+  std::string model_type() const override { return "gpt2"; }
+  std::string display_name() const override { return "GPT-2"; }
+  CausalLMShape shape() const override;
+  std::string describe() const override;
+  std::unique_ptr<CausalLMConfig> clone() const override;
+  void set_dropout(double p) override { dropout = p; }
+  void set_checkpointed_blocks(int64_t blocks) override { checkpointed_blocks = blocks; }
+  std::shared_ptr<CausalLM> build() const override;
 };
 
 /// HF's Conv1D: y = x @ weight + bias with weight [in, out].
@@ -91,19 +104,8 @@ class ZERO_API Conv1DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Conv1D);
 
-/// The keys and values of the positions a model has seen, per block ([B, n_head, T, head size]
-/// each): what incremental decoding reuses, so that each new token costs one position's
-/// attention and MLP instead of the whole context's (GPT2Impl::forward_cached).
-struct ZERO_API KVCache {
-  std::vector<at::Tensor> keys;
-  std::vector<at::Tensor> values;
-  /// Positions held (0 when empty).
-  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
-  void clear() {
-    keys.clear();
-    values.clear();
-  }
-};
+/// The cache of incremental decoding (zero/causal_lm.h).
+using KVCache = zero::KVCache;
 
 class ZERO_API AttentionImpl : public torch::nn::Module {
  public:
@@ -166,11 +168,11 @@ TORCH_MODULE(GPT2Model);
 
 /// GPT-2 with its language-model head (HF's GPT2LMHeadModel), GPT-2 initialisation:
 /// weights N(0, 0.02), c_proj weights N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm 1/0.
-class ZERO_API GPT2Impl : public torch::nn::Module {
+class ZERO_API GPT2Impl : public CausalLM {
  public:
   explicit GPT2Impl(const GPT2Config& config);
   /// idx [B, T] int64 token ids (T <= n_positions, ids < vocab_size) -> logits [B, T, vocab].
-  at::Tensor forward(const at::Tensor& idx);
+  at::Tensor forward(const at::Tensor& idx) override;
   /// Mean cross-entropy of next-token prediction; targets [B, T] int64.
   at::Tensor loss(const at::Tensor& logits, const at::Tensor& targets);
   /// loss(forward(idx), targets) without ever holding the [B, T, vocab] logits: the tied
@@ -178,22 +180,18 @@ class ZERO_API GPT2Impl : public torch::nn::Module {
   /// gradients are computed here and backward only scales them (Note [Fused LM-head
   /// cross-entropy], src/models/lm_head_loss.cpp). Faster and far smaller than the two calls
   /// on CPUs; equal to them to about 1e-6 relative.
-  at::Tensor forward_loss(const at::Tensor& idx, const at::Tensor& targets);
-  /// Logits [B, T, vocab] of `idx` [B, T] as the positions after those in `cache`, which is
-  /// extended by them: prefill a prompt with an empty cache, then one token at a time. Equal
-  /// to forward() on the whole sequence to rounding. For inference (no grad); under a stage-3
-  /// engine a collective, as forward is (every rank the same calls). The cache and the new
-  /// positions must fit the context (n_positions).
-  at::Tensor forward_cached(const at::Tensor& idx, KVCache& cache);
-  /// Incremental generation: the logits [vocab] of the position after `ids` (one sequence,
-  /// non-empty), through `cache`, which is empty or holds what earlier calls fed of the same
-  /// sequence, one id shorter. Fed what it lacks: the last `context` ids (1 <= context <=
-  /// n_positions) when empty, else the newest id; a full cache (context positions) starts
-  /// again from the last half of the context. On the device of the model's parameters.
-  at::Tensor next_logits(const std::vector<int64_t>& ids, KVCache& cache, int64_t context);
+  at::Tensor forward_loss(const at::Tensor& idx, const at::Tensor& targets) override;
+  /// CausalLM::forward_cached; the cache and the new positions must fit n_positions.
+  at::Tensor forward_cached(const at::Tensor& idx, KVCache& cache) override;
   const GPT2Config& config() const { return config_; }
-  /// Trainable elements, the tied lm_head counted once (as HF's num_parameters()).
-  int64_t num_parameters() const;
+  const CausalLMConfig& causal_lm_config() const override { return config_; }
+
+  // Hugging Face's names (CausalLM): the original gpt2 files drop "transformer." and hold
+  // lm_head.weight (wte's) and the attention masks.
+  std::string parameter_of_hf_tensor(const std::string& name) const override;
+  std::optional<std::string> tied_hf_tensor(const std::string& name) const override;
+  bool ignored_hf_tensor(const std::string& name) const override;
+  std::string block_prefix() const override { return "transformer.h."; }
 
   GPT2Model transformer{nullptr};
 

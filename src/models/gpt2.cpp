@@ -9,13 +9,14 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <utility>
 
 #include "hardware/half_gemm.h"
 #include "kernels/fused_ops.h"
 #include "models/lm_head_loss.h"
-#include "zero/activation_checkpointing.h"
+#include "models/model_common.h"
 #include "zero/error.h"
 #include "zero/memory.h"
 #include "zero/unit.h"
@@ -68,45 +69,12 @@ void validate(const GPT2Config& c) {
              c.checkpointed_blocks);
 }
 
-at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
-  if (!training || p <= 0.0) return x;
-  return at::dropout(x, p, /*train=*/true);
-}
-
 // c_attn's output [B, T, 3C] as q, k, v of [B, n_head, T, C / n_head] each.
 std::vector<at::Tensor> split_heads(const at::Tensor& qkv, int64_t n_head) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   std::vector<at::Tensor> heads = qkv.split(C, /*dim=*/2);
   for (at::Tensor& h : heads) h = h.view({B, T, n_head, C / n_head}).transpose(1, 2);
   return heads;
-}
-
-// Scaled dot-product attention of q [B, nh, T, hd] over k, v [B, nh, S, hd]: causal (query i
-// sees keys <= i, with T == S), or query i sees key j where `allowed` [T, S] is true, with
-// dropout p on the weights. libtorch 1.x (Debian's libtorch-dev) has no fused kernel: the
-// same in ATen operations there.
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& allowed, bool causal, double p) {
-  if (half_gemm::computes_in_fp32(q)) {
-    // Note [fp16 GEMMs on CPUs without fp16 arithmetic]: 16-bit attention on a CPU in fp32
-    // where that is the faster way, the output rounded once.
-    return attend(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), allowed, causal, p)
-        .to(q.scalar_type());
-  }
-#if TORCH_VERSION_MAJOR >= 2
-  // No mask at all unless one is given (an undefined tensor is not "no mask" to every kernel).
-  const std::optional<at::Tensor> mask =
-      allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt;
-  return at::scaled_dot_product_attention(q, k, v, mask, p, causal);
-#else
-  const int64_t T = q.size(2), S = k.size(2);
-  auto att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
-  const at::Tensor sees =
-      causal ? at::ones({T, S}, q.options().dtype(at::kBool)).tril(/*diagonal=*/S - T) : allowed;
-  if (sees.defined()) att = att.masked_fill(sees.logical_not(), -std::numeric_limits<float>::infinity());
-  att = maybe_dropout(at::softmax(att, /*dim=*/-1), p, p > 0.0);
-  return at::matmul(att, v);
-#endif
 }
 
 torch::nn::LayerNorm make_layer_norm(const GPT2Config& c) {
@@ -117,9 +85,7 @@ torch::nn::LayerNorm make_layer_norm(const GPT2Config& c) {
 // The tied LM head's logits, hidden [..., C] @ wte [V, C]^T -> [..., V], as one GEMM (Note
 // [fp16 GEMMs on CPUs without fp16 arithmetic]).
 at::Tensor tied_head(const at::Tensor& hidden, const at::Tensor& wte) {
-  auto shape = hidden.sizes().vec();
-  shape.back() = wte.size(0);
-  return half_gemm::addmm({}, hidden.reshape({-1, hidden.size(-1)}), wte.t()).view(shape);
+  return models::linear(hidden, wte, /*bias=*/{});
 }
 
 }  // namespace
@@ -233,6 +199,30 @@ std::string GPT2Config::hf_config_json(const std::string& dtype) const {
   return config.dump();
 }
 
+CausalLMShape GPT2Config::shape() const {
+  CausalLMShape s;
+  s.vocab_size = vocab_size;
+  s.context_length = n_positions;
+  s.num_layers = n_layer;
+  s.hidden_size = n_embd;
+  s.num_heads = n_head;
+  s.checkpointed_blocks = checkpointed_blocks;
+  return s;
+}
+
+std::string GPT2Config::describe() const {
+  std::ostringstream out;
+  out << n_layer << " layers, width " << n_embd << ", " << n_head << " heads, vocabulary "
+      << vocab_size << ", context " << n_positions;
+  return out.str();
+}
+
+std::unique_ptr<CausalLMConfig> GPT2Config::clone() const {
+  return std::make_unique<GPT2Config>(*this);
+}
+
+std::shared_ptr<CausalLM> GPT2Config::build() const { return std::make_shared<GPT2Impl>(*this); }
+
 std::vector<std::string> GPT2Config::preset_names() {
   std::vector<std::string> names;
   for (const auto& p : kPresets) names.emplace_back(p.name);
@@ -277,30 +267,16 @@ AttentionImpl::AttentionImpl(const GPT2Config& config)
 at::Tensor AttentionImpl::forward(const at::Tensor& x) {
   const std::vector<at::Tensor> qkv = split_heads(c_attn->forward(x), n_head_);
   const double p = is_training() ? dropout_ : 0.0;
-  at::Tensor y = attend(qkv[0], qkv[1], qkv[2], /*allowed=*/{}, /*causal=*/true, p);
+  at::Tensor y = models::attend(qkv[0], qkv[1], qkv[2], /*allowed=*/{}, /*causal=*/true, p);
   y = y.transpose(1, 2).contiguous().view(x.sizes());
-  return maybe_dropout(c_proj->forward(y), dropout_, is_training());
+  return models::maybe_dropout(c_proj->forward(y), dropout_, is_training());
 }
 
 at::Tensor AttentionImpl::forward_cached(const at::Tensor& x, at::Tensor& past_keys,
                                          at::Tensor& past_values) {
   const std::vector<at::Tensor> qkv = split_heads(c_attn->forward(x), n_head_);
-  const int64_t T = x.size(1);
-  const int64_t past = past_keys.defined() ? past_keys.size(2) : 0;
-  at::Tensor k = past > 0 ? at::cat({past_keys, qkv[1]}, 2) : qkv[1];
-  at::Tensor v = past > 0 ? at::cat({past_values, qkv[2]}, 2) : qkv[2];
-  past_keys = k;
-  past_values = v;
-  at::Tensor y;
-  if (past == 0 || T == 1) {
-    // A prompt from the start is causal; one new token sees every position.
-    y = attend(qkv[0], k, v, /*allowed=*/{}, /*causal=*/past == 0 && T > 1, 0.0);
-  } else {
-    // New position i (absolute past + i) sees positions <= past + i.
-    const at::Tensor allowed = at::ones({T, past + T}, x.options().dtype(at::kBool))
-                                   .tril(/*diagonal=*/past);
-    y = attend(qkv[0], k, v, allowed, /*causal=*/false, 0.0);
-  }
+  at::Tensor y = models::attend_cached(qkv[0], qkv[1], qkv[2], past_keys, past_values,
+                                       /*groups=*/1);
   y = y.transpose(1, 2).contiguous().view(x.sizes());
   return c_proj->forward(y);
 }
@@ -319,7 +295,7 @@ at::Tensor MLPImpl::forward(const at::Tensor& x) {
   const at::Tensor h = fused::fuses(x, c_fc->bias)
                            ? fused::bias_gelu(c_fc->product(x), c_fc->bias)
                            : at::gelu(c_fc->forward(x), "tanh");
-  return maybe_dropout(c_proj->forward(h), dropout_, is_training());
+  return models::maybe_dropout(c_proj->forward(h), dropout_, is_training());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,39 +372,16 @@ GPT2ModelImpl::GPT2ModelImpl(const GPT2Config& config) : config_(config) {
 }
 
 at::Tensor GPT2ModelImpl::forward(const at::Tensor& idx) {
-  ZERO_CHECK(idx.defined(), "GPT-2 input ids are undefined");
-  ZERO_CHECK(idx.scalar_type() == at::kLong, "GPT-2 input ids must be int64, got ",
-             idx.scalar_type());
-  ZERO_CHECK(idx.dim() == 2, "GPT-2 input ids must be 2-D [batch, seq], got ", idx.dim(),
-             "-D with shape ", idx.sizes());
+  models::check_ids(idx, config_.vocab_size, config_.n_positions, "GPT-2");
   const int64_t T = idx.size(1);
-  ZERO_CHECK(idx.size(0) > 0 && T > 0, "GPT-2 input ids must be non-empty, got shape ",
-             idx.sizes());
-  ZERO_CHECK(T <= config_.n_positions, "GPT-2 sequence length ", T,
-             " exceeds n_positions (context length) ", config_.n_positions);
-  const auto [lo_t, hi_t] = at::aminmax(idx);
-  const int64_t lo = lo_t.item<int64_t>();
-  const int64_t hi = hi_t.item<int64_t>();
-  ZERO_CHECK(lo >= 0, "GPT-2 token id ", lo, " is negative; ids must be in [0, vocab_size ",
-             config_.vocab_size, ")");
-  ZERO_CHECK(hi < config_.vocab_size, "GPT-2 token id ", hi, " is out of range; ids must be in [0, vocab_size ",
-             config_.vocab_size, ")");
-
   const auto pos = at::arange(T, idx.options());
   auto x = zero::run(wte, idx) + zero::run(wpe, pos);  // [B, T, C] + [T, C]
-  x = maybe_dropout(x, config_.dropout, is_training());
+  x = models::maybe_dropout(x, config_.dropout, is_training());
   for (int64_t i = 0; i < config_.n_layer; ++i) {
     const std::shared_ptr<torch::nn::Module> block = h->ptr(i);
-    const auto run_block = [block](const at::Tensor& input) {
-      return zero::run_with(*block, [&] { return block->as<BlockImpl>()->forward(input); });
-    };
-    if (i < config_.checkpointed_blocks) {
-      x = zero::checkpoint([run_block](const std::vector<at::Tensor>& in) {
-            return std::vector<at::Tensor>{run_block(in[0])};
-          }, {x})[0];
-    } else {
-      x = run_block(x);
-    }
+    x = models::run_block(block, [block](const at::Tensor& input) {
+      return block->as<BlockImpl>()->forward(input);
+    }, x, i < config_.checkpointed_blocks);
   }
   return ln_f->forward(x);
 }
@@ -453,14 +406,8 @@ at::Tensor GPT2Impl::forward_cached(const at::Tensor& idx, KVCache& cache) {
              "GPT-2 forward_cached: input ids must be non-empty int64 [batch, seq]");
   const int64_t past = cache.length();
   const int64_t T = idx.size(1);
-  ZERO_CHECK(past + T <= config_.n_positions, "GPT-2 forward_cached: ", past, " cached and ", T,
-             " new positions exceed n_positions (context length) ", config_.n_positions,
-             "; clear the cache and start again from the last positions");
   const int64_t layers = config_.n_layer;
-  if (cache.keys.empty()) {
-    cache.keys.resize(static_cast<size_t>(layers));
-    cache.values.resize(static_cast<size_t>(layers));
-  }
+  models::prepare_cache(cache, layers, T, config_.n_positions, "GPT-2", "n_positions");
   // Each unit called as forward calls it (zero/unit.h), so that under a stage-3 engine every
   // unit is gathered for its call (zero-train samples with the cache at every stage).
   GPT2Model& body = transformer;
@@ -478,49 +425,26 @@ at::Tensor GPT2Impl::forward_cached(const at::Tensor& idx, KVCache& cache) {
   return zero::run_with(*wte, [&] { return tied_head(x, wte->weight); });
 }
 
-at::Tensor GPT2Impl::next_logits(const std::vector<int64_t>& ids, KVCache& cache,
-                                 int64_t context) {
-  ZERO_CHECK(!ids.empty(), "GPT-2 next_logits: no ids");
-  ZERO_CHECK(context >= 1 && context <= config_.n_positions, "GPT-2 next_logits: context ",
-             context, " must be in [1, n_positions ", config_.n_positions, "]");
-  const int64_t n = static_cast<int64_t>(ids.size());
-  int64_t first = n - 1;
-  if (cache.length() == 0) {
-    first = std::max<int64_t>(0, n - context);
-  } else if (cache.length() >= context) {
-    cache.clear();
-    first = std::max<int64_t>(0, n - std::max<int64_t>(1, context / 2));
-  }
-  const at::Tensor input = at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
-                               .unsqueeze(0)
-                               .to(transformer->wte->weight.device());
-  const at::Tensor logits = forward_cached(input, cache);
-  return logits.select(1, logits.size(1) - 1).squeeze(0);
+std::string GPT2Impl::parameter_of_hf_tensor(const std::string& name) const {
+  const std::string prefix = "transformer.";
+  if (name.rfind(prefix, 0) == 0 || name.rfind("lm_head.", 0) == 0) return name;
+  return prefix + name;
 }
 
-namespace {
-
-// Targets of shape `expected` (the logits' without the vocab dimension), int64 ids < vocab.
-void check_targets(const at::Tensor& targets, c10::IntArrayRef expected, int64_t vocab,
-                   const char* what) {
-  ZERO_CHECK(targets.defined(), what, ": targets undefined");
-  ZERO_CHECK(targets.scalar_type() == at::kLong, what, ": targets must be int64, got ",
-             targets.scalar_type());
-  ZERO_CHECK(targets.sizes() == expected, what, ": targets shape ", targets.sizes(),
-             " does not match ", expected);
-  ZERO_CHECK(targets.numel() > 0, what, ": empty targets");
-  const auto [lo_t, hi_t] = at::aminmax(targets);
-  const int64_t lo = lo_t.item<int64_t>();
-  const int64_t hi = hi_t.item<int64_t>();
-  ZERO_CHECK(lo >= 0 && hi < vocab, what, ": target id ", (lo < 0 ? lo : hi),
-             " is out of range; targets must be in [0, vocab ", vocab, ")");
+std::optional<std::string> GPT2Impl::tied_hf_tensor(const std::string& name) const {
+  if (name == "lm_head.weight") return std::string("transformer.wte.weight");
+  return std::nullopt;
 }
 
-}  // namespace
+bool GPT2Impl::ignored_hf_tensor(const std::string& name) const {
+  // Buffers older transformers versions saved beside the weights: the causal mask.
+  static const std::regex pattern(R"((transformer\.)?h\.[0-9]+\.attn\.(masked_)?bias)");
+  return std::regex_match(name, pattern);
+}
 
 at::Tensor GPT2Impl::forward_loss(const at::Tensor& idx, const at::Tensor& targets) {
   ZERO_CHECK(idx.defined(), "GPT-2 input ids are undefined");
-  check_targets(targets, idx.sizes(), config_.vocab_size, "GPT-2 forward_loss");
+  models::check_targets(targets, idx.sizes(), config_.vocab_size, "GPT-2 forward_loss");
   const at::Tensor hidden = transformer->forward(idx);
   const auto& wte = transformer->wte;
   // The tied head is a second call of the wte unit (zero/unit.h), as in forward.
@@ -535,7 +459,7 @@ at::Tensor GPT2Impl::loss(const at::Tensor& logits, const at::Tensor& targets) {
   ZERO_CHECK(logits.dim() >= 2, "GPT-2 loss: logits must be [..., vocab], got shape ",
              logits.sizes());
   const int64_t V = logits.size(-1);
-  check_targets(targets, logits.sizes().slice(0, logits.dim() - 1), V, "GPT-2 loss");
+  models::check_targets(targets, logits.sizes().slice(0, logits.dim() - 1), V, "GPT-2 loss");
   const auto flat = logits.reshape({-1, V});
   const auto flat_f = flat.scalar_type() == at::kFloat ? flat : flat.to(at::kFloat);
   return at::cross_entropy_loss(flat_f, targets.reshape({-1}));
@@ -669,10 +593,5 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarTy
   return model;
 }
 
-int64_t GPT2Impl::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& p : parameters()) n += p.numel();
-  return n;
-}
 
 }  // namespace zero::gpt2

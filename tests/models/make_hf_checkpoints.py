@@ -95,7 +95,7 @@ bad("shape", "has shape [50257, 64], the model's transformer.wte.weight [50257, 
     edit_config=lambda c: c.update(n_embd=32, n_head=2))
 bad("unknown", "tensor 'transformer.h.0.adapter.weight' is not a parameter of GPT-2",
     edit_state=lambda t: t.update({"transformer.h.0.adapter.weight": torch.zeros(4)}))
-bad("untied", "lm_head.weight differs from wte.weight",
+bad("untied", "lm_head.weight differs from transformer.wte.weight",
     edit_state=lambda t: t.update({"lm_head.weight": t["transformer.wte.weight"] + 1}))
 with open(os.path.join(work, "manifest.json"), "w") as f:
     json.dump(manifest, f)
