@@ -173,6 +173,12 @@ if(TARGET zero-train)
                      ${CMAKE_CURRENT_BINARY_DIR}/train/run-resume-stage${stage})
     set_tests_properties(zero_train_resume_stage${stage} PROPERTIES TIMEOUT 900)
   endforeach()
+  # The same for a Llama-family model (zero/llama.h) at stage 3.
+  add_test(NAME zero_train_resume_llama_stage3
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_resume.sh $<TARGET_FILE:zero-train>
+                   ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/resume-stage3.json
+                   ${CMAKE_CURRENT_BINARY_DIR}/train/run-resume-llama-stage3 llama-tiny)
+  set_tests_properties(zero_train_resume_llama_stage3 PROPERTIES TIMEOUT 900)
   add_test(NAME zero_train_readme_usage
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_readme_usage.sh $<TARGET_FILE:zero-train>
                    ${PROJECT_SOURCE_DIR}/README.md)
@@ -181,7 +187,7 @@ if(TARGET zero-train)
     add_test(NAME zero_ckpt_export_from_pretrained
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_hf_export.sh $<TARGET_FILE:zero-train>
                      ${ZERO_RUN_SCRIPT} $<TARGET_FILE:zero-ckpt> ${ZERO_PYTHON3}
-                     ${CMAKE_CURRENT_BINARY_DIR}/train/hf-export)
+                     ${CMAKE_CURRENT_BINARY_DIR}/train/hf-export gpt2-tiny llama-tiny)
     set_tests_properties(zero_ckpt_export_from_pretrained PROPERTIES TIMEOUT 600)
   endif()
   # The tensorboard section's event files, read back with the tensorboard package (skipped,
@@ -198,6 +204,7 @@ if(TARGET zero-train)
   # rather than failing.
   if(Torch_VERSION VERSION_LESS 2.0)
     set_tests_properties(zero_train_deepspeed_example zero_train_resume_stage2
-                         zero_train_resume_stage3 PROPERTIES DISABLED TRUE)
+                         zero_train_resume_stage3 zero_train_resume_llama_stage3
+                         PROPERTIES DISABLED TRUE)
   endif()
 endif()

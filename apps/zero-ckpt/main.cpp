@@ -3,7 +3,7 @@
 //   zero-ckpt inspect DIR [--tag T] [--verify] [--config]
 //   zero-ckpt export DIR --out OUT_DIR/model.safetensors [--tag T] [--dtype fp32|bf16|fp16]
 //
-// export also writes OUT_DIR/config.json (Hugging Face's GPT2Config) when the checkpoint
+// export also writes OUT_DIR/config.json (Hugging Face's, of the model's family) when the checkpoint
 // records the model's shape (zero-train does), so transformers' from_pretrained(OUT_DIR)
 // loads the pair.
 //
@@ -112,7 +112,7 @@ int inspect(const std::string& dir, const std::string& tag, bool verify, bool pr
 }
 
 // The checkpoint's client state may carry "model_config": the model's whole shape as Hugging
-// Face's config.json (zero-train records GPT2Config::hf_config_json()). It is written beside
+// Face's config.json (zero-train records CausalLMConfig::hf_config_json()). It is written beside
 // the exported weights, with torch_dtype set to the export's dtype, so that
 // transformers' from_pretrained(dir) reads the pair with no hand-written file. Returns the
 // path written, or "" (with the reason in `why`) when there is nothing to write.
@@ -159,7 +159,7 @@ int export_weights(const std::string& dir, const std::string& tag, const std::st
   if (config.empty()) {
     std::printf("no config.json written: %s\n", why.c_str());
   } else {
-    std::printf("wrote %s (Hugging Face GPT2Config)%s\n", config.c_str(),
+    std::printf("wrote %s (Hugging Face config.json)%s\n", config.c_str(),
                 std::filesystem::path(out).filename() == "model.safetensors"
                     ? ""
                     : "; from_pretrained(dir) expects the weights in dir/model.safetensors");

@@ -1,13 +1,13 @@
-// zero-generate: text from a GPT-2, streamed as it is produced.
+// zero-generate: text from a causal LM (GPT-2, the Llama family), streamed as it is produced.
 //
 //   zero-generate --model DIR --prompt TEXT [--max-tokens 100] [--temperature 0.8] [--top-k 40]
 //                 [--top-p 1.0] [--seed 0] [--device cpu|cuda] [--no-kv-cache] [--threads T]
 //                 [--encoder data/gpt2/encoder.json] [--vocab data/gpt2/vocab.bpe]
 //
-// DIR: a Hugging Face GPT-2 directory (config.json + model.safetensors: what save_pretrained
+// DIR: a Hugging Face directory (config.json + model.safetensors: what save_pretrained
 // and `zero-ckpt export` write, what zero-train --init reads), or a zero checkpoint (a
 // checkpoint directory with `latest`, one checkpoint, or a run directory with checkpoints/;
-// its shape from the client state zero-train records). The prompt is encoded with GPT-2's BPE
+// its model from the client state zero-train records). The prompt is encoded with GPT-2's BPE
 // (zero::GPT2Encoder) and continued token by token: temperature (0: the most likely token),
 // then the top k, then the smallest set whose probability reaches top p, drawn with a generator
 // seeded by --seed. With the KV cache (the default) each new token costs one position; with
@@ -31,8 +31,7 @@
 #include "zero/checkpoint.h"
 #include "zero/cuda_support.h"
 #include "zero/error.h"
-#include "zero/gpt2.h"
-#include "zero/gpt2_pretrained.h"
+#include "zero/causal_lm.h"
 #include "zero/tokenizer.h"
 
 namespace {
@@ -77,11 +76,11 @@ std::pair<std::string, std::string> checkpoint_of(const std::string& path) {
   return {"", ""};
 }
 
-std::shared_ptr<zero::gpt2::GPT2Impl> load_model(const std::string& path) {
+std::shared_ptr<zero::CausalLM> load_model(const std::string& path) {
   const auto [dir, tag] = checkpoint_of(path);
   if (dir.empty()) {
-    auto model = std::make_shared<zero::gpt2::GPT2Impl>(zero::gpt2::hf_config_from_dir(path));
-    zero::gpt2::load_hf_weights(*model, path);
+    std::shared_ptr<zero::CausalLM> model = zero::causal_lm_config_from_dir(path)->build();
+    zero::load_hf_weights(*model, path);
     return model;
   }
   const zero::CheckpointSummary summary = zero::inspect_checkpoint(dir, tag);
@@ -89,8 +88,8 @@ std::shared_ptr<zero::gpt2::GPT2Impl> load_model(const std::string& path) {
   ZERO_CHECK(client.is_object() && client.contains("model_config"), "--model ", path,
              ": the checkpoint's client state records no model shape (\"model_config\"; ",
              "zero-train records one)");
-  auto model = std::make_shared<zero::gpt2::GPT2Impl>(zero::gpt2::hf_config_from_json(
-      client.at("model_config").dump(), summary.path + " (model_config)"));
+  std::shared_ptr<zero::CausalLM> model = zero::causal_lm_config_from_hf_json(
+      client.at("model_config").dump(), summary.path + " (model_config)")->build();
   std::map<std::string, at::Tensor> params;
   for (const auto& item : model->named_parameters()) params[item.key()] = item.value();
   at::NoGradGuard no_grad;
@@ -178,16 +177,17 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> prompt = encoder.encode(o.prompt, "--prompt");
     ZERO_CHECK(!prompt.empty(), "--prompt is empty");
     const auto model = load_model(o.model);
-    const int64_t context = model->config().n_positions;
-    ZERO_CHECK(model->config().vocab_size <= encoder.vocab_size(), "--model ", o.model, " has a ",
-               "vocabulary of ", model->config().vocab_size, ", more than the encoder's ",
+    const zero::CausalLMShape shape = model->causal_lm_config().shape();
+    const int64_t context = shape.context_length;
+    ZERO_CHECK(shape.vocab_size <= encoder.vocab_size(), "--model ", o.model, " has a ",
+               "vocabulary of ", shape.vocab_size, ", more than the encoder's ",
                encoder.vocab_size());
     model->to(device);
     model->eval();
     at::NoGradGuard no_grad;
     auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
     std::vector<int64_t> ids(prompt.begin(), prompt.end());
-    zero::gpt2::KVCache cache;
+    zero::KVCache cache;
     const auto started = std::chrono::steady_clock::now();
     double first_token_seconds = 0;
     for (int64_t produced = 0; produced < o.max_tokens; ++produced) {

@@ -1,6 +1,7 @@
-// zero-train: trains GPT-2 with ZeRO across MPI ranks from a DeepSpeed config.
+// zero-train: trains a causal language model (GPT-2, the Llama family: zero/causal_lm.h) with
+// ZeRO across MPI ranks from a DeepSpeed config.
 //
-//   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|gpt2|gpt2-medium|gpt2-large|gpt2-xl|L<layers>-C<width>...]
+//   zero-train --config CONFIG.json [--model gpt2-tiny|gpt2-mini|...|llama-mini|...|L<layers>-C<width>...] [--init HF_DIR]
 //              [--data PREFIX] [--encoder FILE] [--steps N] [--eval-every K] [--eval-batches B]
 //              [--sample-every K] [--sample-tokens T] [--seq-len T] [--out RUN_DIR]
 //              [--threads T] [--device cpu|cuda] [--dropout P] [--save-every K] [--checkpoint-dir DIR]
@@ -76,8 +77,7 @@
 #include "zero/error.h"
 #include "zero/files.h"
 #include "zero/gemm_rates.h"
-#include "zero/gpt2.h"
-#include "zero/gpt2_pretrained.h"
+#include "zero/causal_lm.h"
 #include "zero/memory.h"
 #include "zero/memory_plan.h"
 #include "zero/shard.h"
@@ -245,7 +245,7 @@ constexpr int64_t kMicroBatchCandidates[] = {8, 4, 2, 1};
 // Everything that can fail because of the user's inputs, prepared on every rank.
 struct Inputs {
   zero::Config config;
-  zero::gpt2::GPT2Config model;
+  std::unique_ptr<zero::CausalLMConfig> model;
   std::optional<zero::TokenFile> train;
   std::optional<zero::TokenFile> val;
   std::optional<zero::GPT2Decoder> decoder;
@@ -255,11 +255,11 @@ struct Inputs {
 // it leaves the micro-batch open and --micro-batch is not given, the largest candidate whose
 // plan fits `memory_per_rank` (90 %, as Note [Fitting the defaults]) is taken; the same on
 // every rank (the memory is the ranks' agreed share).
-zero::Config load_filled_config(const Options& o, const zero::gpt2::GPT2Config& model,
+zero::Config load_filled_config(const Options& o, const zero::CausalLMConfig& model,
                                 int64_t seq, int world, int64_t memory_per_rank) {
   zero::TrainerValues trainer = o.trainer;
   trainer.total_steps = o.steps;
-  trainer.hidden_size = model.n_embd;
+  trainer.hidden_size = model.shape().hidden_size;
   const bool fit = !trainer.micro_batch.given && o.device != "cuda" && memory_per_rank > 0;
   if (fit) {
     trainer.default_origins["per_device_train_batch_size"] =
@@ -293,24 +293,21 @@ zero::Config load_filled_config(const Options& o, const zero::gpt2::GPT2Config& 
 // `data`: the token files' prefix (o.data, or where its text was tokenized).
 Inputs prepare(const Options& o, const std::string& data, int world, int64_t memory_per_rank) {
   Inputs in;
-  in.model = zero::gpt2::GPT2Config::named(o.model);
+  in.model = zero::causal_lm_named(o.model);
   if (!o.init.empty()) {
-    // The shape is --init's config.json's; a --model given too must be that shape.
-    const zero::gpt2::GPT2Config pretrained = zero::gpt2::hf_config_from_dir(o.init);
-    ZERO_CHECK(!o.model_given || (pretrained.n_layer == in.model.n_layer &&
-                                  pretrained.n_embd == in.model.n_embd &&
-                                  pretrained.n_head == in.model.n_head &&
-                                  pretrained.vocab_size == in.model.vocab_size),
-               "--model ", o.model, " (", in.model.n_layer, " layers, width ", in.model.n_embd,
-               ", ", in.model.n_head, " heads) is not the shape of --init ", o.init, " (",
-               pretrained.n_layer, " layers, width ", pretrained.n_embd, ", ", pretrained.n_head,
-               " heads, vocabulary ", pretrained.vocab_size, "); leave --model out to train "
-               "that shape");
-    in.model = pretrained;
+    // The architecture and shape are --init's config.json's; a --model given too must be them.
+    std::unique_ptr<zero::CausalLMConfig> pretrained = zero::causal_lm_config_from_dir(o.init);
+    ZERO_CHECK(!o.model_given || (pretrained->model_type() == in.model->model_type() &&
+                                  pretrained->describe() == in.model->describe()),
+               "--model ", o.model, " (", in.model->display_name(), ": ", in.model->describe(),
+               ") is not the model of --init ", o.init, " (", pretrained->display_name(), ": ",
+               pretrained->describe(), "); leave --model out to train that model");
+    in.model = std::move(pretrained);
   }
-  in.model.dropout = o.dropout;
-  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(in.model.n_positions, 256);
-  in.config = load_filled_config(o, in.model, seq, world, memory_per_rank);
+  in.model->set_dropout(o.dropout);
+  const zero::CausalLMShape shape = in.model->shape();
+  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(shape.context_length, 256);
+  in.config = load_filled_config(o, *in.model, seq, world, memory_per_rank);
   // zero-train builds a stage-3 model partitioned as it is made (zero::ShardedInit), before
   // the model-wide persistence cap could be known.
   ZERO_CHECK(in.config.zero_optimization.stage != 3 ||
@@ -327,21 +324,21 @@ Inputs prepare(const Options& o, const std::string& data, int world, int64_t mem
   // where the model decides what it checkpoints.
   const zero::ActivationCheckpointingConfig& checkpointing = in.config.activation_checkpointing;
   if (o.activation_checkpointing || checkpointing.number_checkpoints) {
-    const int64_t blocks = checkpointing.number_checkpoints.value_or(in.model.n_layer);
-    ZERO_CHECK(blocks <= in.model.n_layer, o.config_path,
+    const int64_t blocks = checkpointing.number_checkpoints.value_or(shape.num_layers);
+    ZERO_CHECK(blocks <= shape.num_layers, o.config_path,
                ": activation_checkpointing.number_checkpoints = ", blocks, " is more than the ",
-               in.model.n_layer, " blocks of ", o.model, "; allowed: 0..", in.model.n_layer,
+               shape.num_layers, " blocks of ", o.model, "; allowed: 0..", shape.num_layers,
                " (the first blocks are checkpointed), or null for all");
-    in.model.checkpointed_blocks = blocks;
+    in.model->set_checkpointed_blocks(blocks);
   }
-  in.train = zero::TokenFile::load(data + "_train.bin", in.model.vocab_size);
-  in.val = zero::TokenFile::load(data + "_val.bin", in.model.vocab_size);
+  in.train = zero::TokenFile::load(data + "_train.bin", shape.vocab_size);
+  in.val = zero::TokenFile::load(data + "_val.bin", shape.vocab_size);
   in.decoder = zero::GPT2Decoder::load(o.encoder);
   // Samples decode ids the model draws from its whole vocabulary: a smaller encoder would
   // fail at the first sample, after training.
-  ZERO_CHECK(in.decoder->vocab_size() >= in.model.vocab_size, "--encoder ", o.encoder, " has ",
+  ZERO_CHECK(in.decoder->vocab_size() >= shape.vocab_size, "--encoder ", o.encoder, " has ",
              in.decoder->vocab_size(), " tokens, but ", o.model, " draws from ",
-             in.model.vocab_size, "; pass the model's GPT-2 encoder.json");
+             shape.vocab_size, "; pass the model's GPT-2 encoder.json");
   return in;
 }
 
@@ -424,7 +421,7 @@ zero::EvalBatcher make_eval_batches(const zero::TokenFile& val, const Options& o
 }
 
 // Mean validation loss over `batches` windows per rank, averaged over ranks.
-double evaluate(zero::gpt2::GPT2Impl& model, const zero::EvalBatcher& val,
+double evaluate(zero::CausalLM& model, const zero::EvalBatcher& val,
                 zero::Communicator& comm, const at::Device& device) {
   at::NoGradGuard no_grad;
   model.eval();
@@ -441,13 +438,13 @@ double evaluate(zero::gpt2::GPT2Impl& model, const zero::EvalBatcher& val,
 // With the KV cache and the last position's logits only, as zero-generate: each token costs
 // one position (the whole context's [T, vocab] logits per token took 35 % more memory than
 // the training step on gpt2-tiny), so sampling stays inside the training step's memory plan.
-std::string sample_text(zero::gpt2::GPT2Impl& model, const zero::GPT2Decoder& decoder,
+std::string sample_text(zero::CausalLM& model, const zero::GPT2Decoder& decoder,
                         int64_t tokens, int64_t context, uint64_t seed) {
   at::NoGradGuard no_grad;
   model.eval();
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<int64_t> ids = {50256};  // <|endoftext|> as the prompt
-  zero::gpt2::KVCache cache;
+  zero::KVCache cache;
   for (int64_t i = 0; i < tokens; ++i) {
     // Drawn on the host with the seeded CPU generator, whatever the device.
     const at::Tensor logits = model.next_logits(ids, cache, context).to(at::kCPU, at::kFloat);
@@ -527,7 +524,8 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
   }
   if (!ranks_agree_ok(*comm, error)) return 2;
   zero::Config& config = in.config;  // Note [Fitting the defaults] may lower knobs left at their defaults
-  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(in.model.n_positions, 256);
+  const zero::CausalLMShape shape = in.model->shape();
+  const int64_t seq = o.seq_len > 0 ? o.seq_len : std::min<int64_t>(shape.context_length, 256);
   const int64_t mbs = config.train_micro_batch_size_per_gpu;
   const int gas = static_cast<int>(config.gradient_accumulation_steps);
   std::optional<zero::DistributedSampler> train_sampler;
@@ -535,8 +533,8 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
   std::string eval_note;
   error.clear();
   try {
-    ZERO_CHECK(seq <= in.model.n_positions, "--seq-len ", seq, " exceeds the context of ", o.model,
-               " (", in.model.n_positions, ")");
+    ZERO_CHECK(seq <= shape.context_length, "--seq-len ", seq, " exceeds the context of ", o.model,
+               " (", shape.context_length, ")");
     train_sampler.emplace(*in.train, mbs, seq, rank, world, gas, config.seed);
     val_batches.emplace(make_eval_batches(*in.val, o, mbs, seq, rank, world, eval_note));
   } catch (const std::exception& e) {
@@ -564,13 +562,13 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
   const zero::PlanTarget target = on_gpu ? zero::PlanTarget::kDevice : zero::PlanTarget::kHost;
   // Note [Memory plan] (src/engine/memory_plan.cpp): what each rank will hold at the step's
   // peak, activations included; --plan prints it for every stage and stops.
-  zero::PlanModel plan_model = in.model.plan_model(mbs, seq, config.compute_dtype, !on_gpu);
+  zero::PlanModel plan_model = in.model->plan_model(mbs, seq, config.compute_dtype, !on_gpu);
   // What this process holds before any of the model exists, so the plan is of what the
   // operating system sees (the start-up check compares it with MemAvailable): with the BLAS
   // library's retained scratch, which the step's GEMMs would add (a host model's; a GPU
   // model's GEMMs run on the device). --plan runs no step-sized GEMM (seconds with a large
   // model or a slow 16-bit dtype): its baseline leaves that scratch out.
-  if (!on_gpu && !o.plan) in.model.warm_up_host_gemms(mbs, seq, config.compute_dtype);
+  if (!on_gpu && !o.plan) in.model->warm_up_host_gemms(mbs, seq, config.compute_dtype);
   plan_model.process_baseline_bytes = std::max<int64_t>(0, zero::resident_bytes());
   // Note [Fitting the defaults]: knobs left at DeepSpeed's defaults that only trade speed for
   // memory, lowered when the plan would not fit (collective: every rank makes the same choice).
@@ -673,17 +671,17 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
     // Before anything is allocated: does the planned peak fit this machine's memory, and the
     // swap files its disk? (A CollectiveError on every rank when not: one message, exit 2.)
     const std::string estimate =
-        zero::check_plan_fits(config, plan, in.model.num_parameters(), *comm);
+        zero::check_plan_fits(config, plan, in.model->num_parameters(), *comm);
     torch::manual_seed(config.seed);
-    std::shared_ptr<zero::gpt2::GPT2Impl> model;
+    std::shared_ptr<zero::CausalLM> model;
     if (config.zero_optimization.stage == 3) {
       // Partitioned unit by unit as it is built: the whole model is never in memory. On a GPU
       // each unit's shards go there as it is partitioned; what stays whole follows after.
       zero::ShardedInit sharded(config, engine_comm,
                                 cuda ? std::optional<c10::Device>(device) : std::nullopt);
-      model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
+      model = in.model->build();
     } else {
-      model = std::make_shared<zero::gpt2::GPT2Impl>(in.model);
+      model = in.model->build();
     }
     if (cuda) {
       // Built on the host (same values as a CPU run), moved in the training dtype at stages
@@ -702,7 +700,7 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
     std::string init_note;
     if (!o.init.empty() && from.dir.empty()) {
       const auto t0 = std::chrono::steady_clock::now();
-      zero::gpt2::load_hf_weights(*engine, *model, o.init, *comm);
+      zero::load_hf_weights(*engine, *model, o.init, *comm);
       char line[64];
       std::snprintf(line, sizeof(line), " (%.1f s)",
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -821,9 +819,9 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
            << " rank(s), micro-batch " << mbs << " x " << seq << " tokens, accumulation " << gas
            << ", global batch " << config.train_batch_size << " sequences; data " << data
            << "_{train,val}.bin (" << in.train->size() << " / " << in.val->size() << " tokens)";
-      if (in.model.checkpointed_blocks > 0) {
-        head << "; activation checkpointing: " << in.model.checkpointed_blocks << " of "
-             << in.model.n_layer << " blocks recomputed in backward";
+      if (shape.checkpointed_blocks > 0) {
+        head << "; activation checkpointing: " << shape.checkpointed_blocks << " of "
+             << shape.num_layers << " blocks recomputed in backward";
       }
       progress.message(head.str());
       // Note [Topology]: where the ranks run, once.
@@ -852,7 +850,7 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
                                      // The model's whole shape, as Hugging Face's config.json:
                                      // zero-ckpt export writes it beside the weights.
                                      {"model_config",
-                                      nlohmann::json::parse(in.model.hf_config_json())}};
+                                      nlohmann::json::parse(in.model->hf_config_json())}};
       const std::string dir = checkpoint_dir(o);
       const std::string tag = engine->save_checkpoint(dir, "", client.dump());
       if (rank == 0) {
@@ -1150,7 +1148,7 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
       char rate[64];
       std::snprintf(rate, sizeof(rate), "%.0f", config.train_batch_size * seq * trained / seconds);
       rows.push_back({"tokens/s", rate, ""});
-      if (config.activation_checkpointing.profile && in.model.checkpointed_blocks > 0) {
+      if (config.activation_checkpointing.profile && shape.checkpointed_blocks > 0) {
         // activation_checkpointing.profile: rank 0's checkpointed calls, all steps (with
         // evaluation's forwards, which run without recompute).
         const zero::ActivationCheckpointProfile profile = zero::activation_checkpoint_profile();
@@ -1199,19 +1197,28 @@ int run(Options o, const std::shared_ptr<zero::Communicator>& comm) {
 
 }  // namespace
 
+// The --model presets of every family, for --help.
+std::string preset_list() {
+  std::string list;
+  for (const std::string& name : zero::causal_lm_preset_names()) list += (list.empty() ? "" : ", ") + name;
+  return list;
+}
+
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"zero-train: train GPT-2 with ZeRO across MPI ranks from a DeepSpeed config"};
+  CLI::App app{"zero-train: train GPT-2 or a Llama-family model with ZeRO across MPI ranks from a "
+               "DeepSpeed config"};
   // A later flag overrides an earlier one (scripts/demo.sh passes defaults, users add their own).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
-  // Checked after start-up (GPT2Config::named), so the message comes once, from rank 0.
-  app.add_option("--model", o.model, "model preset: gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, "
-                 "gpt2-large, gpt2-xl; or a shape L<layers>-C<width>[-H<heads>][-T<context>], "
-                 "e.g. L32-C4096-H32")->capture_default_str();
+  // Checked after start-up (zero::causal_lm_named), so the message comes once, from rank 0.
+  app.add_option("--model", o.model, "model preset: " + preset_list() +
+                 "; or a GPT-2 shape L<layers>-C<width>[-H<heads>][-T<context>], e.g. L32-C4096-H32")
+      ->capture_default_str();
   app.add_option("--init", o.init,
-                 "start from a Hugging Face GPT-2 directory (config.json and model.safetensors, "
-                 "or a sharded model.safetensors.index.json): its shape and weights")
+                 "start from a Hugging Face directory (config.json of model_type gpt2, llama, "
+                 "mistral or qwen2, and model.safetensors or a sharded "
+                 "model.safetensors.index.json): its model and weights")
       ->check(non_empty());
   app.add_option("--data", o.data,
                  "token files PREFIX_train.bin and PREFIX_val.bin; or text: a .txt file or a "

@@ -7,16 +7,17 @@
 # Dropout is on, so each rank's random generator must be restored too; a torn last row of
 # metrics.csv (a kill mid-write) is dropped on resume. Then: a rerun with
 # nothing left to train exits 0, and a --steps below the checkpoint's step is refused.
-#   check_resume.sh ZERO_TRAIN ZERO_RUN CONFIG WORK_DIR
+# MODEL (default gpt2-tiny) is zero-train's --model.
+#   check_resume.sh ZERO_TRAIN ZERO_RUN CONFIG WORK_DIR [MODEL]
 set -uo pipefail
-zero_train="$1"; zero_run="$2"; config="$3"; work="$4"
+zero_train="$1"; zero_run="$2"; config="$3"; work="$4"; model="${5:-gpt2-tiny}"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "CHECK FAILED: $*"; exit 1; }
 train() {  # LOG ARGS...: zero-train on 2 ranks; prints the log, returns its status
   local log="$1"; shift
-  timeout 300 "$zero_run" -n 2 -- "$zero_train" --config "$config" --model gpt2-tiny \
+  timeout 300 "$zero_run" -n 2 -- "$zero_train" --config "$config" --model "$model" \
     --seq-len 32 --dropout 0.1 --eval-every 4 --eval-batches 2 --sample-tokens 8 "$@" \
     >"$log" 2>&1
   local status=$?
