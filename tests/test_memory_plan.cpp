@@ -1,7 +1,7 @@
 // The memory planner (zero/memory_plan.h): the planned peak of a training step within 10 % of
 // the peak a run holds (zero::host_memory_stats, shared memory included), for gpt2-tiny at
-// stages 0-3 with and without activation checkpointing, and 16-bit; the plan of a built model equals the
-// preset's; the table. Run under mpirun at world sizes 1, 2 and 4.
+// stages 0-3 with and without activation checkpointing, and 16-bit, and llama-tiny likewise; the
+// plan of a built model equals the preset's; the table. Run under mpirun at world sizes 1, 2 and 4.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -15,6 +15,7 @@
 #include "zero/engine.h"
 #include "zero/error.h"
 #include "zero/gpt2.h"
+#include "zero/llama.h"
 #include "zero/memory.h"
 #include "zero/memory_plan.h"
 
@@ -32,16 +33,16 @@ Config config_at(int stage, int world, const std::string& extra = "",
 
 // The peak of every byte this rank holds during the last of three steps (the first two fill
 // the engine's pools and record stage 3's trace), the largest over ranks.
-double measured_peak(const gpt2::GPT2Config& preset, const Config& config, int64_t seq,
+double measured_peak(const CausalLMConfig& preset, const Config& config, int64_t seq,
                      const std::shared_ptr<Communicator>& comm,
                      ModelStateBytes* state = nullptr) {
   torch::manual_seed(0);
-  auto model = std::make_shared<gpt2::GPT2Impl>(preset);
+  std::shared_ptr<CausalLM> model = preset.build();
   auto engine = initialize(model, config, comm);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(5 + comm->rank());
   double peak = 0;
   for (int step = 0; step < 3; ++step) {
-    const at::Tensor tokens = at::randint(0, preset.vocab_size, {2, seq + 1}, generator);
+    const at::Tensor tokens = at::randint(0, preset.shape().vocab_size, {2, seq + 1}, generator);
     reset_host_memory_peak();
     engine->backward(model->forward_loss(tokens.narrow(1, 0, seq).contiguous(),
                                          tokens.narrow(1, 1, seq).contiguous()));
@@ -55,7 +56,7 @@ double measured_peak(const gpt2::GPT2Config& preset, const Config& config, int64
 }
 
 // Micro-batches of 2 x 64 tokens.
-MemoryPlan expect_plan_within_ten_percent(const gpt2::GPT2Config& preset, const Config& config,
+MemoryPlan expect_plan_within_ten_percent(const CausalLMConfig& preset, const Config& config,
                                           const std::shared_ptr<Communicator>& comm,
                                           ModelStateBytes* state = nullptr) {
   constexpr int64_t kSeq = 64;
@@ -80,6 +81,33 @@ TEST(MemoryPlan, PlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
       expect_plan_within_ten_percent(preset, config, comm);
     }
   }
+}
+
+// The Llama family's plan (Note [Llama activation memory]): llama-tiny (tied, grouped-query
+// attention) and an untied variant with every bias, at every stage, with and without
+// checkpointing, and computing in bf16.
+TEST(MemoryPlan, LlamaPlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
+  track_host_memory();
+  auto comm = world();
+  llama::LlamaConfig untied = llama::LlamaConfig::preset("llama-tiny");
+  untied.tie_word_embeddings = false;
+  untied.qkv_bias = untied.o_bias = untied.mlp_bias = true;
+  for (const llama::LlamaConfig& base : {llama::LlamaConfig::preset("llama-tiny"), untied}) {
+    for (int stage : {0, 1, 2, 3}) {
+      for (bool checkpointing : {false, true}) {
+        SCOPED_TRACE(base.describe() + " at stage " + std::to_string(stage) +
+                     (checkpointing ? ", checkpointing" : ""));
+        llama::LlamaConfig preset = base;
+        preset.checkpointed_blocks = checkpointing ? preset.num_hidden_layers : 0;
+        expect_plan_within_ten_percent(preset, config_at(stage, comm->size()), comm);
+      }
+    }
+  }
+  SCOPED_TRACE("bf16 at stage 2");
+  expect_plan_within_ten_percent(
+      llama::LlamaConfig::preset("llama-tiny"),
+      config_at(2, comm->size(), "", "\"bf16\": {\"enabled\": true}, \"compute_data_type\": \"bf16\", "),
+      comm);
 }
 
 // bf16 parameters: computing in bf16 at stage 2, and in fp32 from bf16 shards at stage 3
@@ -238,6 +266,25 @@ TEST(MemoryPlan, BuiltModelPlansLikeThePreset) {
   const Config config = config_at(3, 4);
   EXPECT_EQ(plan_memory(config, built).row("gathered units")->bytes,
             plan_memory(config, from_preset).row("gathered units")->bytes);
+}
+
+TEST(MemoryPlan, BuiltLlamaPlansLikeThePreset) {
+  llama::LlamaConfig untied = llama::LlamaConfig::preset("llama-tiny");
+  untied.tie_word_embeddings = false;
+  untied.qkv_bias = true;
+  for (const llama::LlamaConfig& preset : {llama::LlamaConfig::preset("llama-tiny"), untied}) {
+    const PlanModel from_preset = preset.plan_model(1, 16, at::kFloat);
+    torch::manual_seed(0);
+    const std::shared_ptr<CausalLM> model = preset.build();
+    const PlanModel built = plan_model_of(*model);
+    EXPECT_EQ(model->num_parameters(), preset.num_parameters());
+    EXPECT_EQ(from_preset.num_parameters(), model->num_parameters());
+    ASSERT_EQ(built.units.size(), from_preset.units.size());
+    for (size_t i = 0; i < built.units.size(); ++i) {
+      EXPECT_EQ(built.units[i].parameter_numels, from_preset.units[i].parameter_numels) << i;
+      EXPECT_EQ(built.units[i].declared, from_preset.units[i].declared) << i;
+    }
+  }
 }
 
 TEST(MemoryPlan, EveryStageSideBySide) {
