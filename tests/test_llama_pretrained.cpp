@@ -6,6 +6,7 @@
 //     q/k/v biases, tied; shards with an index; transformers 4.x's config keys with bf16
 //     weights) loads at stages 0-3 and gives the Hugging Face model's loss on the same tokens
 //     within 1e-5 relative;
+//   - every parameter's gradient norm is transformers' (1e-5 relative);
 //   - greedy decoding with the KV cache continues the prompt as transformers' generate() does,
 //     and the cached logits equal the uncached forward's;
 //   - fine-tuning from it gives the same losses at every stage (bitwise at stages 0-2; stage 3
@@ -74,6 +75,33 @@ TEST(LlamaFamily, EveryVariantGivesTheHuggingFaceLossAtEveryStage) {
               .item<double>();
       EXPECT_NEAR(unfused, expected, 1e-5 * expected);
     }
+  }
+}
+
+// Backward (the rotation's own autograd function, grouped-query attention, the fused head):
+// every parameter's gradient norm is transformers' on the same loss, one process, no engine.
+TEST(LlamaFamily, GradientsAreTransformers) {
+  const nlohmann::json m = hf_manifest();
+  SKIP_WITHOUT_MANIFEST(m);
+  for (const auto& variant : m["variants"]) {
+    SCOPED_TRACE(variant["name"].get<std::string>());
+    const std::string dir = variant["dir"].get<std::string>();
+    const std::shared_ptr<CausalLM> model = causal_lm_config_from_dir(dir)->build();
+    load_hf_weights(*model, dir);
+    const at::Tensor tokens = hf_token_rows(variant["tokens"]);
+    const int64_t t = tokens.size(1) - 1;
+    model->forward_loss(tokens.narrow(1, 0, t).contiguous(), tokens.narrow(1, 1, t).contiguous())
+        .backward();
+    const nlohmann::json& expected = variant["grad_norms"];
+    int64_t compared = 0;
+    for (const auto& item : model->named_parameters()) {
+      ASSERT_TRUE(expected.contains(item.key())) << item.key();
+      const double norm = item.value().grad().norm().item<double>();
+      const double want = expected[item.key()].get<double>();
+      EXPECT_NEAR(norm, want, 1e-5 * want + 1e-7) << item.key();
+      ++compared;
+    }
+    EXPECT_EQ(compared, static_cast<int64_t>(expected.size()));
   }
 }
 

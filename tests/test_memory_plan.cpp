@@ -147,6 +147,8 @@ TEST(MemoryPlan, SixteenBitComputeByEitherGemmPath) {
       SCOPED_TRACE(std::string(half ? "fp16 " : "bf16 ") + half_gemm::path_name(path));
       half_gemm::set_path(path, dtype);
       expect_plan_within_ten_percent(gpt2::GPT2Config::preset("gpt2-tiny"), config, comm);
+      SCOPED_TRACE("llama-tiny");
+      expect_plan_within_ten_percent(llama::LlamaConfig::preset("llama-tiny"), config, comm);
     }
     half_gemm::set_path(chosen, dtype);
   }

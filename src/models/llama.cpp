@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <sstream>
@@ -80,11 +82,43 @@ at::Tensor inverse_frequencies(const LlamaConfig& c) {
 }
 
 // x [B, H, T, D] rotated by the angles of its positions: x cos + rotate_half(x) sin, with cos
-// and sin [T, D] in x's dtype (HF's apply_rotary_pos_emb).
+// and sin [T, D] in x's dtype (HF's apply_rotary_pos_emb), rotate_half(x) = [-x2, x1] of its
+// halves. An autograd function of its own: the rotation is linear, so backward needs only cos
+// and sin (not x), and it runs without the cat and the halves' copies ATen's composition
+// records (their backward zero-fills whole tensors). Each element rounds as HF's does: the two
+// products, then their sum.
+struct Rotary : torch::autograd::Function<Rotary> {
+  // [x1 cos1 + sign (-x2 sin1), x2 cos2 + sign x1 sin2]: sign 1 rotates, -1 is the transpose.
+  static at::Tensor apply_rotation(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                   bool transpose) {
+    const int64_t half = x.size(-1) / 2;
+    at::Tensor out = x * cos;
+    const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+    at::Tensor out1 = out.narrow(-1, 0, half), out2 = out.narrow(-1, half, half);
+    if (!transpose) {
+      out1.sub_(x2 * sin.narrow(-1, 0, half));
+      out2.add_(x1 * sin.narrow(-1, half, half));
+    } else {
+      out1.add_(x2 * sin.narrow(-1, half, half));
+      out2.sub_(x1 * sin.narrow(-1, 0, half));
+    }
+    return out;
+  }
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return apply_rotation(x, cos, sin, /*transpose=*/false);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {apply_rotation(grads[0].contiguous(), saved[0], saved[1], /*transpose=*/true),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
 at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  return Rotary::apply(x, cos, sin);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -150,8 +184,7 @@ class AttentionImpl : public torch::nn::Module {
     at::Tensor y;
     if (past_keys == nullptr) {
       const double p = is_training() ? dropout_ : 0.0;
-      y = models::attend(q, models::repeat_kv(k, groups), models::repeat_kv(v, groups),
-                         /*allowed=*/{}, /*causal=*/true, p);
+      y = models::attend(q, k, v, /*allowed=*/{}, /*causal=*/true, p);
     } else {
       y = models::attend_cached(q, k, v, *past_keys, *past_values, groups);
     }
@@ -459,19 +492,21 @@ void LlamaConfig::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
 // What autograd keeps of one micro-batch (N = batch x seq tokens, e bytes per element of the
 // compute dtype, H hidden, Q = heads x head_dim, K = key/value heads x head_dim, I the MLP's
 // width), read off the forward above:
-//   - per layer: its input (the residual, H), each RMSNorm's normalised value (H), its output
-//     (H) and fp32 rsqrt, and in 16 bits its input's fp32 copy (4H bytes); q, k, v as
-//     projected (Q + 2K) and rotated (Q + K; rotate keeps both halves' negation and cat:
-//     2 (Q + K) more), the repeated keys and values (2Q when grouped), the
-//     attention output and its contiguous copy (2Q) and SDPA's log-sum-exp (heads x 4 bytes);
-//     the residual sum, post_attention_layernorm as the first, gate and up outputs (2I),
-//     silu's output (I) and the product (I);
+//   - per layer (6H + 3Q + 2K + 4I elements per token): its input and the residual sum (H
+//     each, the two RMSNorms' inputs), each RMSNorm's normalised value and output (2H each)
+//     and fp32 rsqrt, and in 16 bits its input's fp32 copy (4H bytes); v as projected (K), q
+//     and k rotated (Q + K; the rotation keeps neither input, Rotary), the attention output and
+//     its contiguous copy (2Q) and SDPA's log-sum-exp (heads x 4 bytes; grouped-query attention
+//     in the kernel repeats nothing); the gate and up outputs (2I), silu's output (I) and the
+//     product (I); where 16-bit attention computes in fp32 (Note [fp16 GEMMs on CPUs without
+//     fp16 arithmetic]), fp32 q, k, v and output too (4 (2Q + 2K) bytes);
 //   - a checkpointed layer keeps its input only (H e);
 //   - the final norm and the head as GPT-2's (Note [GPT-2 activation memory] in gpt2.cpp),
 //     with an untied head's V x H gradient held on its own parameter instead of the tied
 //     embedding's input buffer.
-// tests/test_memory_plan.cpp checks the sum against the measured peak (fp32: within 1 % at
-// every stage, with and without checkpointing, tied and untied; bf16 5 % under, as GPT-2's).
+// tests/test_memory_plan.cpp checks the sum against the measured peak (llama-tiny, fp32:
+// within 0.2 % at every stage, with and without checkpointing, tied and untied; fp16 and bf16
+// by either GEMM path within 0.5 %, but bf16 by ATen's kernels 5 % under, as GPT-2's).
 PlanModel LlamaConfig::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarType compute_dtype,
                                   bool on_host) const {
   validate();
@@ -514,14 +549,12 @@ PlanModel LlamaConfig::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarT
   const int64_t N = micro_batch * seq;
   const int64_t V = vocab_size;
   const bool widened = on_host && half_gemm::computes_in_fp32(compute_dtype);
-  const bool grouped = num_attention_heads != num_key_value_heads;
   // Per token, in elements of the compute dtype and fp32 bytes. An RMSNorm keeps its
   // normalised value (H) and fp32 rsqrt, and in 16 bits its input's fp32 copy (4H bytes).
   const int64_t norm_fp32_bytes = 4 + (e == 4 ? 0 : 4 * H);
-  const int64_t layer_elements = 2 * H + (Q + 2 * K) + 3 * (Q + K) + (grouped ? 2 * Q : 0) +
-                                 2 * Q + H + 2 * H + 4 * I;
+  const int64_t layer_elements = 6 * H + 3 * Q + 2 * K + 4 * I;
   const int64_t layer_fp32_bytes = 2 * norm_fp32_bytes + num_attention_heads * 4 +
-                                   (widened ? 4 * (2 * Q + 2 * Q) : 0);
+                                   (widened ? 4 * (2 * Q + 2 * K) : 0);
   int64_t layer = N * (layer_elements * e + layer_fp32_bytes);
   if (dropout > 0.0) layer += 3 * micro_batch * num_attention_heads * seq * seq * e;
   const int64_t HNe = H * N * e;

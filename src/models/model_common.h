@@ -28,8 +28,9 @@ ZERO_INTERNAL_API void check_targets(const at::Tensor& targets, c10::IntArrayRef
 
 ZERO_INTERNAL_API at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training);
 
-/// Scaled dot-product attention (scale 1/sqrt(head size)) of q [B, H, T, D] over k, v [B, H, S,
-/// D]: causal (query i sees keys <= i, with T == S), or query i sees key j where `allowed`
+/// Scaled dot-product attention (scale 1/sqrt(head size)) of q [B, H, T, D] over k, v [B, Hkv,
+/// S, D] (H a multiple of Hkv: grouped-query attention pairs each key/value head with H / Hkv
+/// query heads): causal (query i sees keys <= i, with T == S), or query i sees key j where `allowed`
 /// [T, S] is true, with dropout p on the weights. 16-bit on a CPU computes in fp32 where that
 /// is the faster way (Note [fp16 GEMMs on CPUs without fp16 arithmetic]), rounded once.
 ZERO_INTERNAL_API at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -7,8 +7,10 @@ on fixed tokens.
 
 Writes WORK_DIR/manifest.json:
   {"variants": [{"name", "dir", "tokens": [[...], ...], "loss", "greedy": [...],
-                 "prompt": [...]}],        every one must load and give `loss` (1e-5), and
-                                           continue `prompt` greedily as `greedy`
+                 "prompt": [...], "grad_norms": {name: norm}}],
+                                           every one must load and give `loss` (1e-5), its
+                                           gradients' norms, and continue `prompt` greedily as
+                                           `greedy`
    "bad": [{"name", "dir", "message"}]}    every one must be refused with `message`
 Variants: Llama (grouped-query attention, Llama 3 rope scaling, untied head); Llama with
 attention and MLP biases, a tied head and linear rope scaling; Mistral (head_dim given, not
@@ -53,10 +55,16 @@ def reference(model):
     model = model.float().eval()
     with torch.no_grad():
         loss = model(input_ids=tokens, labels=tokens).loss.item()
+    with torch.enable_grad():  # the gradients of that loss: each parameter's norm
+        model.zero_grad()
+        model(input_ids=tokens, labels=tokens).loss.backward()
+        grad_norms = {name: p.grad.norm().item() for name, p in model.named_parameters()}
+        model.zero_grad()
         model.generation_config.eos_token_id = None  # the whole 12 tokens, as zero-generate
         greedy = model.generate(prompt.unsqueeze(0), max_new_tokens=12, do_sample=False,
                                 pad_token_id=0)[0, len(prompt):].tolist()
-    return {"tokens": tokens.tolist(), "loss": loss, "greedy": greedy, "prompt": prompt.tolist()}
+    return {"tokens": tokens.tolist(), "loss": loss, "greedy": greedy, "prompt": prompt.tolist(),
+            "grad_norms": grad_norms}
 
 
 manifest = {"variants": [], "bad": []}
@@ -77,7 +85,9 @@ for seed, (name, (cls, config)) in enumerate(models.items()):
         manifest["variants"].append({"name": "llama-sharded", "dir": sharded, **reference(model)})
         # transformers 4.x's keys and bf16 weights, as most published checkpoints are saved.
         legacy = os.path.join(work, "llama-4x-bf16")
-        model.to(torch.bfloat16).save_pretrained(legacy, safe_serialization=True)
+        rounded = cls(config).eval()  # the bf16 weights in fp32, the rotary buffers fp32's
+        rounded.load_state_dict({k: v.to(torch.bfloat16).float() for k, v in model.state_dict().items()})
+        copy.deepcopy(rounded).to(torch.bfloat16).save_pretrained(legacy, safe_serialization=True)
         path = os.path.join(legacy, "config.json")
         with open(path) as f:
             cfg = json.load(f)
@@ -88,8 +98,7 @@ for seed, (name, (cls, config)) in enumerate(models.items()):
         cfg["torch_dtype"] = "bfloat16"
         with open(path, "w") as f:
             json.dump(cfg, f)
-        manifest["variants"].append({"name": "llama-4x-bf16", "dir": legacy,
-                                     **reference(model.float())})
+        manifest["variants"].append({"name": "llama-4x-bf16", "dir": legacy, **reference(rounded)})
 
 
 def bad(name, message, base="llama", edit_config=None, edit_state=None):
