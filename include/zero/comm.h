@@ -47,6 +47,7 @@
 // as crossing nodes, and is printed by programs at start-up (Topology::describe).
 #pragma once
 
+#include "zero/error.h"
 #include "zero/export.h"
 
 #include <ATen/core/Tensor.h>
@@ -56,6 +57,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zero {
@@ -263,6 +265,15 @@ ZERO_API std::vector<std::string> all_gather_texts(Communicator& comm, const std
 /// naming the lowest failing rank R: on R its what() is R's own error, elsewhere "OPERATION
 /// failed on rank R: ERROR".
 ZERO_API void agree_on_failure(Communicator& comm, const std::string& operation, const std::string& error);
+
+/// Collective (Note [Agreeing on a failure]): runs `work` on this rank, catching the
+/// std::exception it throws (capture_error, zero/error.h), then agrees on the outcome with
+/// agree_on_failure: returns when `work` returned on every rank; otherwise every rank throws the
+/// same CollectiveError. Every rank must call it (with its own `work`, which may do nothing).
+template <typename Work>
+void run_and_agree(Communicator& comm, const std::string& operation, Work&& work) {
+  agree_on_failure(comm, operation, capture_error(std::forward<Work>(work)));
+}
 
 
 }  // namespace zero

@@ -12,6 +12,7 @@
 
 #include "zero/export.h"
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -57,6 +58,22 @@ std::string concat(const Args&... args) {
 [[noreturn]] ZERO_API void throw_internal(const char* file, int line, const char* condition,
                                  const std::string& message);
 }  // namespace detail
+
+/// Runs fallible work and returns its error's message instead of throwing it: the first half
+/// of Note [Agreeing on a failure] (zero/comm.h), whose second half is agree_on_failure (both
+/// at once: run_and_agree there).
+/// "" when `work` returns; the message of the std::exception it throws otherwise (never
+/// empty, so a failure cannot read as success).
+template <typename Work>
+std::string capture_error(Work&& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    return message.empty() ? std::string("an error without a message") : message;
+  }
+  return {};
+}
 
 }  // namespace zero
 

@@ -45,7 +45,6 @@
 
 #include "checkpoint/format.h"
 #include "common/bounded_input.h"
-#include "common/capture_error.h"
 #include "zero/error.h"
 #include "zero/files.h"
 #include "zero/safetensors.h"

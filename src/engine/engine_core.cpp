@@ -27,7 +27,6 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
-#include "common/capture_error.h"
 #include "common/env.h"
 #include "common/parallel.h"
 #include "engine/fingerprint.h"

@@ -88,7 +88,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "common/capture_error.h"
 #include "engine/engine_core.h"
 #include "engine/fingerprint.h"
 #include "engine/flat_group.h"

@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "common/byte_size.h"
-#include "common/capture_error.h"
 #include "common/host.h"
 #include "offload/swap_file.h"
 #include "state/state_store.h"

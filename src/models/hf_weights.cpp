@@ -10,7 +10,6 @@
 #include <set>
 
 #include "common/bounded_input.h"
-#include "common/capture_error.h"
 #include "zero/causal_lm.h"
 #include "zero/comm.h"
 #include "zero/engine.h"

@@ -55,29 +55,6 @@ at::Tensor maybe_dropout(const at::Tensor& x, double p, bool training) {
   return at::dropout(x, p, /*train=*/true);
 }
 
-namespace {
-
-// attend()'s body for k and v with as many heads as q.
-at::Tensor attend_repeated(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const at::Tensor& allowed, bool causal, double p) {
-#if TORCH_VERSION_MAJOR >= 2
-  const std::optional<at::Tensor> mask =
-      allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt;
-  return at::scaled_dot_product_attention(q, k, v, mask, p, causal);
-#else
-  // libtorch 1.x has no fused kernel: the same in ATen operations.
-  const int64_t T = q.size(2), S = k.size(2);
-  auto att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
-  const at::Tensor sees =
-      causal ? at::ones({T, S}, q.options().dtype(at::kBool)).tril(/*diagonal=*/S - T) : allowed;
-  if (sees.defined()) att = att.masked_fill(sees.logical_not(), -std::numeric_limits<float>::infinity());
-  att = maybe_dropout(at::softmax(att, /*dim=*/-1), p, p > 0.0);
-  return at::matmul(att, v);
-#endif
-}
-
-}  // namespace
-
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& allowed, bool causal, double p) {
   if (half_gemm::computes_in_fp32(q)) {
@@ -87,18 +64,30 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
         .to(q.scalar_type());
   }
   const int64_t groups = q.size(1) / k.size(1);
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // No mask at all unless one is given (an undefined tensor is not "no mask" to every kernel).
-  const std::optional<at::Tensor> mask =
+  [[maybe_unused]] const std::optional<at::Tensor> mask =
       allowed.defined() ? std::optional<at::Tensor>(allowed) : std::nullopt;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // Grouped-query attention in the kernel (no repeated copies of k and v): 11 % faster on a
   // CPU at llama-mini's shapes, bitwise the repeated form.
   return at::scaled_dot_product_attention(q, k, v, mask, p, causal, std::nullopt,
                                           /*enable_gqa=*/groups > 1);
 #else
-  // Before torch 2.5 (Debian's libtorch-dev) no kernel pairs query heads with fewer key/value
-  // heads: the same in ATen operations, k and v repeated.
-  return attend_repeated(q, repeat_kv(k, groups), repeat_kv(v, groups), allowed, causal, p);
+  // Before torch 2.5 no kernel pairs query heads with fewer key/value heads: k and v repeated.
+  const at::Tensor keys = repeat_kv(k, groups), values = repeat_kv(v, groups);
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, keys, values, mask, p, causal);
+#else
+  // libtorch 1.x (Debian's libtorch-dev) has no fused kernel: the same in ATen operations.
+  const int64_t T = q.size(2), S = keys.size(2);
+  auto att = at::matmul(q, keys.transpose(-2, -1)) *
+             (1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  const at::Tensor sees =
+      causal ? at::ones({T, S}, q.options().dtype(at::kBool)).tril(/*diagonal=*/S - T) : allowed;
+  if (sees.defined()) att = att.masked_fill(sees.logical_not(), -std::numeric_limits<float>::infinity());
+  att = maybe_dropout(at::softmax(att, /*dim=*/-1), p, p > 0.0);
+  return at::matmul(att, values);
+#endif
 #endif
 }
 

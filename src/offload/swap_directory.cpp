@@ -11,7 +11,6 @@
 #include <sstream>
 #include <vector>
 
-#include "common/capture_error.h"
 #include "common/host.h"
 #include "zero/comm.h"
 #include "zero/error.h"
