@@ -103,14 +103,15 @@ void load_inputs(const Options& o, Inputs& in, int world, int64_t memory_per_ran
   }
   in.train = TokenFile::load(in.data + "_train.bin", shape.vocab_size);
   in.val = TokenFile::load(in.data + "_val.bin", shape.vocab_size);
+  in.shape = in.model->shape();
+  in.seq = seq;
+  if (o.plan) return;  // --plan samples nothing
   in.decoder = zero::GPT2Decoder::load(o.encoder);
   // Samples decode ids the model draws from its whole vocabulary: a smaller encoder would
   // fail at the first sample, after training.
   ZERO_CHECK(in.decoder->vocab_size() >= shape.vocab_size, "--encoder ", o.encoder, " has ",
              in.decoder->vocab_size(), " tokens, but ", o.model, " draws from ",
              shape.vocab_size, "; pass the model's GPT-2 encoder.json");
-  in.shape = in.model->shape();
-  in.seq = seq;
 }
 
 // Collective. Whether bf16 and fp16 GEMMs are fast here, for "auto" fp16/bf16 sections: the

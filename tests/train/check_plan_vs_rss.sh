@@ -6,7 +6,8 @@
 #     and mid-run samples, as scripts/demo.sh runs it but fewer steps;
 #   - fp32 at stage 3 (gathered units, persistent parameters);
 #   - bf16 at stage 3 with the optimizer state and the parameters on NVMe (a directory of the
-#     test's).
+#     test's);
+#   - llama-tiny (zero/llama.h) as the demo and in fp32 at stage 3.
 # The summary's "baseline + tracked peak" row is printed with each failure, to place the gap.
 #   check_plan_vs_rss.sh ZERO_TRAIN ZERO_RUN WORK_DIR
 set -uo pipefail
@@ -30,10 +31,11 @@ cat >"$work/nvme.json" <<JSON
 JSON
 limit=5.0  # percent, either way
 failures=0
-run() {  # NAME CONFIG STEPS EXTRA_ARGS...
+run() {  # [model=MODEL] run NAME CONFIG STEPS EXTRA_ARGS... (MODEL: gpt2-tiny)
   local name="$1" config="$2" steps="$3"; shift 3
+  local model="${model:-gpt2-tiny}"
   local log="$work/$name.log"
-  if ! timeout 280 "$zero_run" -n 2 -- "$zero_train" --config "$config" --model gpt2-tiny \
+  if ! timeout 280 "$zero_run" -n 2 -- "$zero_train" --config "$config" --model "$model" \
       --data data/tokens/moby_dick --seq-len 64 --steps "$steps" --out "$work/run-$name" "$@" \
       >"$log" 2>&1; then
     echo "[$name] zero-train failed:"; sed 's/^/    | /' "$log"; failures=$((failures + 1)); return
@@ -60,5 +62,7 @@ run() {  # NAME CONFIG STEPS EXTRA_ARGS...
 run demo configs/demo.json 30 --eval-every 10 --sample-every 15
 run fp32-stage3 "$work/fp32-stage3.json" 20 --eval-every 10 --sample-every 10
 run nvme "$work/nvme.json" 10 --eval-every 5 --sample-every 5
+model=llama-tiny run llama-demo configs/demo.json 30 --eval-every 10 --sample-every 15
+model=llama-tiny run llama-fp32-stage3 "$work/fp32-stage3.json" 20 --eval-every 10 --sample-every 10
 echo "$failures failing case(s)"
 [ "$failures" -eq 0 ]
