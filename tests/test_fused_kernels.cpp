@@ -161,6 +161,45 @@ TEST(FusedKernels, ResidualLayerNormMatchesTheComposition) {
   }
 }
 
+// RMSNorm (Llama's), with and without the residual add, against its composition in fp32 on the
+// same 16-bit values: y = h / sqrt(mean(h^2) + eps) * w, and the gradients of a loss using h
+// and y.
+TEST(FusedKernels, ResidualRmsNormMatchesTheComposition) {
+  for (const at::ScalarType dtype : kDtypes) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const int64_t C = 203;  // a tail past the vector width at every level
+    const at::Tensor x0 = randn({3, 13, C}, 27, dtype), a0 = randn({3, 13, C}, 28, dtype);
+    const at::Tensor w0 = randn({C}, 29, dtype).add_(1.0);
+    const at::Tensor gy = randn({3, 13, C}, 31, dtype), gh = randn({3, 13, C}, 32, dtype);
+    for (const bool residual : {true, false}) {
+      SCOPED_TRACE(residual ? "x + a" : "x alone");
+      const at::Tensor h_ref =
+          residual ? (x0.to(at::kFloat) + a0.to(at::kFloat)).to(dtype).to(at::kFloat)
+                   : x0.to(at::kFloat);
+      const at::Tensor hw = h_ref.clone().requires_grad_(true);
+      // A copy even in fp32 (to() would return w0 itself, whose gradient would accumulate).
+      const at::Tensor ww = w0.to(at::kFloat).clone().requires_grad_(true);
+      const at::Tensor y_ref = hw * at::rsqrt(hw.pow(2).mean(-1, true) + 1e-5) * ww;
+      y_ref.backward(gy.to(at::kFloat));
+      for (const SimdLevel level : levels()) {
+        SCOPED_TRACE(level_name(level));
+        const kernels::ResidualNorm out =
+            kernels::residual_rms_norm(x0, residual ? a0 : at::Tensor(), w0, 1e-5, level);
+        EXPECT_TRUE(at::equal(out.sum.to(at::kFloat), h_ref));
+        EXPECT_FALSE(out.mean.defined());
+        EXPECT_TRUE(close(out.normalized, y_ref.detach().to(dtype), rtol_of(dtype), 1e-5));
+        const at::Tensor grad_sum = residual ? gh : at::Tensor();
+        const kernels::ResidualNormGrads grads =
+            kernels::residual_rms_norm_backward(gy, grad_sum, out.sum, out.rstd, w0, level);
+        const at::Tensor dh_ref = residual ? hw.grad() + gh.to(at::kFloat) : hw.grad();
+        EXPECT_TRUE(close(grads.input, dh_ref.to(dtype), rtol_of(dtype), 1e-4));
+        EXPECT_TRUE(close(grads.weight, ww.grad().to(dtype), rtol_of(dtype), 1e-4));
+        EXPECT_FALSE(grads.bias.defined());
+      }
+    }
+  }
+}
+
 // Fixed row blocks and block-ordered partial sums: the same bits on 1 thread and on 2.
 TEST(FusedKernels, ResultsDoNotDependOnTheThreadCount) {
   const int threads = at::get_num_threads();
@@ -172,7 +211,11 @@ TEST(FusedKernels, ResultsDoNotDependOnTheThreadCount) {
     const kernels::ResidualNormGrads ng =
         kernels::residual_layer_norm_backward(g, g, n.sum, n.mean, n.rstd, w);
     const kernels::BiasGeluGrads bg = kernels::bias_gelu_backward(g, x, b);
-    return std::vector<at::Tensor>{n.normalized, ng.input, ng.weight, ng.bias, bg.input, bg.bias};
+    const kernels::ResidualNorm r = kernels::residual_rms_norm(x, a, w, 1e-5);
+    const kernels::ResidualNormGrads rg =
+        kernels::residual_rms_norm_backward(g, g, r.sum, r.rstd, w);
+    return std::vector<at::Tensor>{n.normalized, ng.input, ng.weight, ng.bias, bg.input, bg.bias,
+                                   r.normalized, rg.input, rg.weight};
   };
   at::set_num_threads(1);
   const auto one = run();
@@ -195,12 +238,17 @@ TEST(FusedKernels, OperationsThroughAutograd) {
                                       b0.clone().requires_grad_(true)};
     const auto [h, y] = fused::residual_layer_norm(leaves[0], leaves[1], leaves[2], leaves[3], 1e-5);
     const at::Tensor g = fused::bias_gelu(y, leaves[3]);
+    const auto [rh, ry] = fused::residual_rms_norm(g, leaves[1], leaves[2], 1e-5);
+    const at::Tensor r = fused::rms_norm(ry, leaves[2], 1e-6);
     // The fused path is the one taken when on (the autograd nodes are ours), not when off.
     const std::string norm_node = h.grad_fn()->name(), gelu_node = g.grad_fn()->name();
     EXPECT_EQ(norm_node.find("ResidualLayerNorm") != std::string::npos, on) << norm_node;
     EXPECT_EQ(gelu_node.find("BiasGelu") != std::string::npos, on) << gelu_node;
-    (h.sum() * 0.5 + (g * g).sum()).backward();
-    std::vector<at::Tensor> out = {h.detach(), g.detach()};
+    const std::string rms_node = rh.grad_fn()->name(), plain_node = r.grad_fn()->name();
+    EXPECT_EQ(rms_node.find("ResidualRmsNorm") != std::string::npos, on) << rms_node;
+    EXPECT_EQ(plain_node.find("RmsNorm") != std::string::npos, on) << plain_node;
+    (h.sum() * 0.5 + (g * g).sum() + (rh * rh).sum() * 0.25 + (r * r).sum()).backward();
+    std::vector<at::Tensor> out = {h.detach(), g.detach(), rh.detach(), r.detach()};
     for (const at::Tensor& leaf : leaves) out.push_back(leaf.grad());
     return out;
   };

@@ -58,7 +58,8 @@ void layer_norm_output_tail(const T* h, const T* weight, const T* bias, T* y, fl
                             float rstd, int64_t j, int64_t width) {
   for (; j < width; ++j) {
     const float xhat = (static_cast<float>(h[j]) - mean) * rstd;
-    y[j] = static_cast<T>(xhat * static_cast<float>(weight[j]) + static_cast<float>(bias[j]));
+    const float scaled = xhat * static_cast<float>(weight[j]);
+    y[j] = static_cast<T>(bias != nullptr ? scaled + static_cast<float>(bias[j]) : scaled);
   }
 }
 
@@ -73,7 +74,7 @@ void layer_norm_sums_tail(const T* grad_y, const T* h, const T* weight, float me
     sum_dyw += dyw;
     sum_dyw_xhat += dyw * xhat;
     grad_weight_partial[j] = grad_weight_partial[j] + dy * xhat;
-    grad_bias_partial[j] = grad_bias_partial[j] + dy;
+    if (grad_bias_partial != nullptr) grad_bias_partial[j] = grad_bias_partial[j] + dy;
   }
 }
 
@@ -114,24 +115,27 @@ void bias_gelu_backward_rows(const T* grad_out, const T* u, const T* bias, T* gr
 template <typename T>
 void residual_layer_norm_rows(const T* x, const T* a, const T* weight, const T* bias, T* h, T* y,
                               float* mean_out, float* rstd_out, int64_t row_begin, int64_t row_end,
-                              int64_t width, float eps) {
+                              int64_t width, float eps, bool rms) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t at = row * width;
+    const T* hr = a != nullptr ? h + at : x + at;
     float total = 0;
     for (int64_t k = 0; k < width; ++k) {
-      h[at + k] = static_cast<T>(static_cast<float>(x[at + k]) + static_cast<float>(a[at + k]));
-      total += static_cast<float>(h[at + k]);
+      if (a != nullptr) {
+        h[at + k] = static_cast<T>(static_cast<float>(x[at + k]) + static_cast<float>(a[at + k]));
+      }
+      total += static_cast<float>(hr[k]);
     }
-    const float mean = total / static_cast<float>(width);
+    const float mean = rms ? 0.0f : total / static_cast<float>(width);
     float square_total = 0;
     for (int64_t k = 0; k < width; ++k) {
-      const float d = static_cast<float>(h[at + k]) - mean;
+      const float d = static_cast<float>(hr[k]) - mean;
       square_total += d * d;
     }
     const float rstd = 1.0f / std::sqrt(square_total / static_cast<float>(width) + eps);
-    mean_out[row] = mean;
+    if (mean_out != nullptr) mean_out[row] = mean;
     rstd_out[row] = rstd;
-    layer_norm_output_tail(h + at, weight, bias, y + at, mean, rstd, 0, width);
+    layer_norm_output_tail(hr, weight, bias, y + at, mean, rstd, 0, width);
   }
 }
 
@@ -143,12 +147,14 @@ void residual_layer_norm_backward_rows(const T* grad_y, const T* grad_h, const T
                                        int64_t row_end, int64_t width) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t at = row * width;
+    const float row_mean = mean != nullptr ? mean[row] : 0.0f;  // null: RMSNorm
     float s1 = 0, s2 = 0;
-    layer_norm_sums_tail(grad_y + at, h + at, weight, mean[row], rstd[row], grad_weight_partial,
+    layer_norm_sums_tail(grad_y + at, h + at, weight, row_mean, rstd[row], grad_weight_partial,
                          grad_bias_partial, 0, width, s1, s2);
     const float inv_width = 1.0f / static_cast<float>(width);
     layer_norm_input_grad_tail(grad_y + at, grad_h == nullptr ? nullptr : grad_h + at, h + at,
-                               weight, mean[row], rstd[row], s1 * inv_width, s2 * inv_width,
+                               weight, row_mean, rstd[row],
+                               mean != nullptr ? s1 * inv_width : 0.0f, s2 * inv_width,
                                grad_input + at, 0, width);
   }
 }
@@ -272,77 +278,111 @@ BiasGeluGrads bias_gelu_backward(const at::Tensor& grad_out, const at::Tensor& u
   return {grad_u, sum_partials(partials).to(bias.scalar_type())};
 }
 
-ResidualNorm residual_layer_norm(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight,
-                                 const at::Tensor& bias, double eps, SimdLevel level) {
+namespace {
+
+// residual_layer_norm and residual_rms_norm: `a` and `bias` may be undefined (rms only).
+ResidualNorm residual_norm(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight,
+                           const at::Tensor& bias, double eps, bool rms, SimdLevel level) {
   const int64_t width = weight.numel();
   const at::ScalarType dtype = x.scalar_type();
-  check_rows(x, width, dtype, "residual_layer_norm's input");
-  check_rows(a, width, dtype, "residual_layer_norm's addend");
-  check_rows(weight, width, dtype, "residual_layer_norm's weight");
-  check_rows(bias, width, dtype, "residual_layer_norm's bias");
-  ZERO_INTERNAL_ASSERT(x.sizes() == a.sizes() && eps > 0, "residual_layer_norm: ", x.sizes(),
-                       " + ", a.sizes(), ", eps ", eps);
+  const char* what = rms ? "residual_rms_norm" : "residual_layer_norm";
+  check_rows(x, width, dtype, what);
+  check_rows(weight, width, dtype, what);
+  if (a.defined()) check_rows(a, width, dtype, what);
+  if (bias.defined()) check_rows(bias, width, dtype, what);
+  ZERO_INTERNAL_ASSERT((!a.defined() || x.sizes() == a.sizes()) && eps > 0 &&
+                           (rms || (a.defined() && bias.defined())),
+                       what, ": ", x.sizes(), " + ", a.defined() ? a.sizes() : x.sizes(),
+                       ", eps ", eps);
   const int64_t rows = x.numel() / std::max<int64_t>(width, 1);
-  ResidualNorm out{at::empty_like(x), at::empty_like(x),
-                   at::empty({rows}, x.options().dtype(at::kFloat)),
-                   at::empty({rows}, x.options().dtype(at::kFloat))};
+  const auto fp32 = x.options().dtype(at::kFloat);
+  ResidualNorm out{a.defined() ? at::empty_like(x) : x, at::empty_like(x),
+                   rms ? at::Tensor() : at::empty({rows}, fp32), at::empty({rows}, fp32)};
   with_element_type(dtype, [&](auto element) {
     using T = decltype(element);
     const T* xs = x.data_ptr<T>();
-    const T* as = a.data_ptr<T>();
+    const T* as = a.defined() ? a.data_ptr<T>() : nullptr;
     const T* w = weight.data_ptr<T>();
-    const T* b = bias.data_ptr<T>();
-    T* h = out.sum.data_ptr<T>();
+    const T* b = bias.defined() ? bias.data_ptr<T>() : nullptr;
+    T* h = a.defined() ? out.sum.data_ptr<T>() : nullptr;
     T* y = out.normalized.data_ptr<T>();
-    float* mean = out.mean.data_ptr<float>();
+    float* mean = rms ? nullptr : out.mean.data_ptr<float>();
     float* rstd = out.rstd.data_ptr<float>();
     const float e = static_cast<float>(eps);
     for_row_blocks(rows, width, [&](int64_t, int64_t begin, int64_t end) {
       ZERO_ROWS_AT_LEVEL(level, residual_layer_norm_rows, xs, as, w, b, h, y, mean, rstd, begin,
-                         end, width, e)
+                         end, width, e, rms)
     });
   });
   return out;
+}
+
+ResidualNormGrads residual_norm_backward(const at::Tensor& grad_normalized,
+                                         const at::Tensor& grad_sum, const at::Tensor& sum,
+                                         const at::Tensor& mean, const at::Tensor& rstd,
+                                         const at::Tensor& weight, bool rms, SimdLevel level) {
+  const int64_t width = weight.numel();
+  const at::ScalarType dtype = sum.scalar_type();
+  check_rows(sum, width, dtype, "the norm's backward: the sum");
+  check_rows(grad_normalized, width, dtype, "the norm's backward: the gradient");
+  check_rows(weight, width, dtype, "the norm's backward: the weight");
+  if (grad_sum.defined()) check_rows(grad_sum, width, dtype, "the residual's gradient");
+  const int64_t rows = sum.numel() / std::max<int64_t>(width, 1);
+  ZERO_INTERNAL_ASSERT(rstd.numel() == rows && rstd.scalar_type() == at::kFloat &&
+                           (rms || (mean.numel() == rows && mean.scalar_type() == at::kFloat)),
+                       "the norm's backward: statistics of ", rstd.numel(), " rows for ", rows);
+  const int64_t blocks = std::max<int64_t>(1, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  at::Tensor grad_input = at::empty_like(sum);
+  const auto fp32 = sum.options().dtype(at::kFloat);
+  at::Tensor weight_partials = at::zeros({blocks, width}, fp32);
+  at::Tensor bias_partials = rms ? at::Tensor() : at::zeros({blocks, width}, fp32);
+  with_element_type(dtype, [&](auto element) {
+    using T = decltype(element);
+    const T* dy = grad_normalized.data_ptr<T>();
+    const T* dh = grad_sum.defined() ? grad_sum.data_ptr<T>() : nullptr;
+    const T* h = sum.data_ptr<T>();
+    const float* m = rms ? nullptr : mean.data_ptr<float>();
+    const float* r = rstd.data_ptr<float>();
+    const T* w = weight.data_ptr<T>();
+    T* gi = grad_input.data_ptr<T>();
+    float* gw = weight_partials.data_ptr<float>();
+    float* gb = rms ? nullptr : bias_partials.data_ptr<float>();
+    for_row_blocks(rows, width, [&](int64_t block, int64_t begin, int64_t end) {
+      ZERO_ROWS_AT_LEVEL(level, residual_layer_norm_backward_rows, dy, dh, h, m, r, w, gi,
+                         gw + block * width, gb == nullptr ? nullptr : gb + block * width, begin,
+                         end, width)
+    });
+  });
+  return {grad_input, sum_partials(weight_partials).to(weight.scalar_type()),
+          rms ? at::Tensor() : sum_partials(bias_partials).to(weight.scalar_type())};
+}
+
+}  // namespace
+
+ResidualNorm residual_layer_norm(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight,
+                                 const at::Tensor& bias, double eps, SimdLevel level) {
+  return residual_norm(x, a, weight, bias, eps, /*rms=*/false, level);
+}
+
+ResidualNorm residual_rms_norm(const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight,
+                               double eps, SimdLevel level) {
+  return residual_norm(x, a, weight, at::Tensor(), eps, /*rms=*/true, level);
 }
 
 ResidualNormGrads residual_layer_norm_backward(const at::Tensor& grad_normalized,
                                                const at::Tensor& grad_sum, const at::Tensor& sum,
                                                const at::Tensor& mean, const at::Tensor& rstd,
                                                const at::Tensor& weight, SimdLevel level) {
-  const int64_t width = weight.numel();
-  const at::ScalarType dtype = sum.scalar_type();
-  check_rows(sum, width, dtype, "residual_layer_norm_backward's sum");
-  check_rows(grad_normalized, width, dtype, "residual_layer_norm_backward's gradient");
-  check_rows(weight, width, dtype, "residual_layer_norm_backward's weight");
-  if (grad_sum.defined()) check_rows(grad_sum, width, dtype, "the residual's gradient");
-  const int64_t rows = sum.numel() / std::max<int64_t>(width, 1);
-  ZERO_INTERNAL_ASSERT(mean.numel() == rows && rstd.numel() == rows &&
-                           mean.scalar_type() == at::kFloat && rstd.scalar_type() == at::kFloat,
-                       "residual_layer_norm_backward: statistics of ", mean.numel(), " rows for ",
-                       rows);
-  const int64_t blocks = std::max<int64_t>(1, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  at::Tensor grad_input = at::empty_like(sum);
-  const auto fp32 = sum.options().dtype(at::kFloat);
-  at::Tensor weight_partials = at::zeros({blocks, width}, fp32);
-  at::Tensor bias_partials = at::zeros({blocks, width}, fp32);
-  with_element_type(dtype, [&](auto element) {
-    using T = decltype(element);
-    const T* dy = grad_normalized.data_ptr<T>();
-    const T* dh = grad_sum.defined() ? grad_sum.data_ptr<T>() : nullptr;
-    const T* h = sum.data_ptr<T>();
-    const float* m = mean.data_ptr<float>();
-    const float* r = rstd.data_ptr<float>();
-    const T* w = weight.data_ptr<T>();
-    T* gi = grad_input.data_ptr<T>();
-    float* gw = weight_partials.data_ptr<float>();
-    float* gb = bias_partials.data_ptr<float>();
-    for_row_blocks(rows, width, [&](int64_t block, int64_t begin, int64_t end) {
-      ZERO_ROWS_AT_LEVEL(level, residual_layer_norm_backward_rows, dy, dh, h, m, r, w, gi,
-                         gw + block * width, gb + block * width, begin, end, width)
-    });
-  });
-  return {grad_input, sum_partials(weight_partials).to(weight.scalar_type()),
-          sum_partials(bias_partials).to(weight.scalar_type())};
+  return residual_norm_backward(grad_normalized, grad_sum, sum, mean, rstd, weight,
+                                /*rms=*/false, level);
+}
+
+ResidualNormGrads residual_rms_norm_backward(const at::Tensor& grad_normalized,
+                                             const at::Tensor& grad_sum, const at::Tensor& sum,
+                                             const at::Tensor& rstd, const at::Tensor& weight,
+                                             SimdLevel level) {
+  return residual_norm_backward(grad_normalized, grad_sum, sum, at::Tensor(), rstd, weight,
+                                /*rms=*/true, level);
 }
 
 }  // namespace zero::kernels

@@ -12,7 +12,9 @@
 //                         u + b: the same bytes);
 //   bias_gelu_backward:   du = dg gelu'(u + b), db = column sums of du;
 //   residual_layer_norm:  h = x + a (rounded to the dtype, as the unfused sum is), y = LN(h);
-//   ..._backward:         dh = LN'(dy) + dh_residual (rounded once), dw and db column sums.
+//   ..._backward:         dh = LN'(dy) + dh_residual (rounded once), dw and db column sums;
+//   residual_rms_norm:    the same with RMSNorm (Llama's: the mean taken as 0, no bias), the
+//                         sum optional (a block's first norm normalises its input alone).
 // The row is the unit of work (it stays in L1 across its passes), as it is of a GPU kernel's
 // thread block; rows are split over libtorch's threads in fixed blocks of kRowsPerBlock, and
 // the column sums go to one fp32 partial per block, added in block order: the results do not
@@ -69,5 +71,16 @@ ZERO_INTERNAL_API ResidualNormGrads residual_layer_norm_backward(
     const at::Tensor& grad_normalized, const at::Tensor& grad_sum, const at::Tensor& sum,
     const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& weight,
     SimdLevel level = simd_level());
+
+/// RMSNorm (Llama's): h = x + a (`a` undefined: h is x itself, not copied), y = h rstd weight
+/// with rstd = 1 / sqrt(mean(h^2) + eps) per row (`mean` left undefined, `sum` is x without a).
+ZERO_INTERNAL_API ResidualNorm residual_rms_norm(const at::Tensor& x, const at::Tensor& a,
+                                                 const at::Tensor& weight, double eps,
+                                                 SimdLevel level = simd_level());
+/// Its backward, as residual_layer_norm_backward's without the mean's terms (no bias
+/// gradient: `bias` undefined).
+ZERO_INTERNAL_API ResidualNormGrads residual_rms_norm_backward(
+    const at::Tensor& grad_normalized, const at::Tensor& grad_sum, const at::Tensor& sum,
+    const at::Tensor& rstd, const at::Tensor& weight, SimdLevel level = simd_level());
 
 }  // namespace zero::kernels

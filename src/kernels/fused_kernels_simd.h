@@ -71,52 +71,65 @@ ZERO_SIMD_TARGET void bias_gelu_backward_rows(const T* grad_out, const T* u, con
   }
 }
 
-// Per row: h = x + a (rounded to T, as the unfused sum is), then LayerNorm of h.
+// Per row: h = x + a (rounded to T, as the unfused sum is; without `a` h is x itself and is
+// not written), then LayerNorm of h, or RMSNorm when `rms` (the mean taken as 0, no bias).
 template <typename T>
 ZERO_SIMD_TARGET void residual_layer_norm_rows(const T* x, const T* a, const T* weight,
                                                const T* bias, T* h, T* y, float* mean_out,
                                                float* rstd_out, int64_t row_begin,
-                                               int64_t row_end, int64_t width, float eps) {
+                                               int64_t row_end, int64_t width, float eps,
+                                               bool rms) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t at = row * width;
+    const T* hr = a != nullptr ? h + at : x + at;  // the row of h
     F sum = Ops::zero();
     int64_t j = 0;
-    for (; j + W <= width; j += W) {
-      Ops::store_param(h + at + j, Ops::add(Ops::load_grad(x + at + j), Ops::load_grad(a + at + j)));
-      sum = Ops::add(sum, Ops::load_grad(h + at + j));  // the stored (rounded) value
+    if (a != nullptr) {
+      for (; j + W <= width; j += W) {
+        Ops::store_param(h + at + j,
+                         Ops::add(Ops::load_grad(x + at + j), Ops::load_grad(a + at + j)));
+        sum = Ops::add(sum, Ops::load_grad(h + at + j));  // the stored (rounded) value
+      }
+      for (int64_t k = j; k < width; ++k) {
+        h[at + k] = static_cast<T>(static_cast<float>(x[at + k]) + static_cast<float>(a[at + k]));
+      }
+    } else if (!rms) {
+      for (; j + W <= width; j += W) sum = Ops::add(sum, Ops::load_grad(hr + j));
     }
-    float total = Ops::reduce_add(sum);
-    for (int64_t k = j; k < width; ++k) {
-      h[at + k] = static_cast<T>(static_cast<float>(x[at + k]) + static_cast<float>(a[at + k]));
-      total += static_cast<float>(h[at + k]);
+    float mean = 0;
+    if (!rms) {
+      float total = Ops::reduce_add(sum);
+      for (int64_t k = j; k < width; ++k) total += static_cast<float>(hr[k]);
+      mean = total / static_cast<float>(width);
     }
-    const float mean = total / static_cast<float>(width);
     const F mean_v = Ops::set1(mean);
     F squares = Ops::zero();
     for (j = 0; j + W <= width; j += W) {
-      const F d = Ops::sub(Ops::load_grad(h + at + j), mean_v);
+      const F d = Ops::sub(Ops::load_grad(hr + j), mean_v);
       squares = Ops::add(squares, Ops::mul(d, d));
     }
     float square_total = Ops::reduce_add(squares);
     for (int64_t k = j; k < width; ++k) {
-      const float d = static_cast<float>(h[at + k]) - mean;
+      const float d = static_cast<float>(hr[k]) - mean;
       square_total += d * d;
     }
     const float rstd = 1.0f / std::sqrt(square_total / static_cast<float>(width) + eps);
-    mean_out[row] = mean;
+    if (mean_out != nullptr) mean_out[row] = mean;
     rstd_out[row] = rstd;
     const F rstd_v = Ops::set1(rstd);
     for (j = 0; j + W <= width; j += W) {
-      const F xhat = Ops::mul(Ops::sub(Ops::load_grad(h + at + j), mean_v), rstd_v);
-      Ops::store_param(y + at + j, Ops::add(Ops::mul(xhat, Ops::load_grad(weight + j)),
-                                            Ops::load_grad(bias + j)));
+      const F xhat = Ops::mul(Ops::sub(Ops::load_grad(hr + j), mean_v), rstd_v);
+      const F scaled = Ops::mul(xhat, Ops::load_grad(weight + j));
+      Ops::store_param(y + at + j,
+                       bias != nullptr ? Ops::add(scaled, Ops::load_grad(bias + j)) : scaled);
     }
-    layer_norm_output_tail(h + at, weight, bias, y + at, mean, rstd, j, width);
+    layer_norm_output_tail(hr, weight, bias, y + at, mean, rstd, j, width);
   }
 }
 
 // Per row: dh = rstd (dy w - mean(dy w) - xhat mean(dy w xhat)) + grad_h; the weight's and bias's
-// gradients summed into the fp32 partials.
+// gradients summed into the fp32 partials. RMSNorm (`mean` null): the mean and its term are 0,
+// and there is no bias (`grad_bias_partial` null).
 template <typename T>
 ZERO_SIMD_TARGET void residual_layer_norm_backward_rows(
     const T* grad_y, const T* grad_h, const T* h, const float* mean, const float* rstd,
@@ -124,7 +137,8 @@ ZERO_SIMD_TARGET void residual_layer_norm_backward_rows(
     int64_t row_begin, int64_t row_end, int64_t width) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t at = row * width;
-    const F mean_v = Ops::set1(mean[row]), rstd_v = Ops::set1(rstd[row]);
+    const float row_mean = mean != nullptr ? mean[row] : 0.0f;
+    const F mean_v = Ops::set1(row_mean), rstd_v = Ops::set1(rstd[row]);
     F sum_dyw = Ops::zero(), sum_dyw_xhat = Ops::zero();
     int64_t j = 0;
     for (; j + W <= width; j += W) {
@@ -134,14 +148,17 @@ ZERO_SIMD_TARGET void residual_layer_norm_backward_rows(
       sum_dyw = Ops::add(sum_dyw, dyw);
       sum_dyw_xhat = Ops::add(sum_dyw_xhat, Ops::mul(dyw, xhat));
       Ops::store(grad_weight_partial + j, Ops::add(Ops::load(grad_weight_partial + j), Ops::mul(dy, xhat)));
-      Ops::store(grad_bias_partial + j, Ops::add(Ops::load(grad_bias_partial + j), dy));
+      if (grad_bias_partial != nullptr) {
+        Ops::store(grad_bias_partial + j, Ops::add(Ops::load(grad_bias_partial + j), dy));
+      }
     }
     float s1 = Ops::reduce_add(sum_dyw), s2 = Ops::reduce_add(sum_dyw_xhat);
     const int64_t vector_end = j;
-    layer_norm_sums_tail(grad_y + at, h + at, weight, mean[row], rstd[row], grad_weight_partial,
+    layer_norm_sums_tail(grad_y + at, h + at, weight, row_mean, rstd[row], grad_weight_partial,
                          grad_bias_partial, j, width, s1, s2);
     const float inv_width = 1.0f / static_cast<float>(width);
-    const F m1 = Ops::set1(s1 * inv_width), m2 = Ops::set1(s2 * inv_width);
+    const float mean_dyw = mean != nullptr ? s1 * inv_width : 0.0f;
+    const F m1 = Ops::set1(mean_dyw), m2 = Ops::set1(s2 * inv_width);
     for (j = 0; j < vector_end; j += W) {
       const F xhat = Ops::mul(Ops::sub(Ops::load_grad(h + at + j), mean_v), rstd_v);
       const F dyw = Ops::mul(Ops::load_grad(grad_y + at + j), Ops::load_grad(weight + j));
@@ -150,7 +167,7 @@ ZERO_SIMD_TARGET void residual_layer_norm_backward_rows(
       Ops::store_param(grad_input + at + j, dx);
     }
     layer_norm_input_grad_tail(grad_y + at, grad_h == nullptr ? nullptr : grad_h + at, h + at,
-                               weight, mean[row], rstd[row], s1 * inv_width, s2 * inv_width,
+                               weight, row_mean, rstd[row], mean_dyw, s2 * inv_width,
                                grad_input + at, vector_end, width);
   }
 }

@@ -60,6 +60,54 @@ struct ResidualLayerNorm : torch::autograd::Function<ResidualLayerNorm> {
   }
 };
 
+// RMSNorm of x alone (a block's first norm, the final norm).
+struct RmsNorm : torch::autograd::Function<RmsNorm> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight, double eps) {
+    kernels::ResidualNorm out = kernels::residual_rms_norm(x, at::Tensor(), weight, eps);
+    ctx->save_for_backward({x, out.rstd, weight});
+    return out.normalized;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const kernels::ResidualNormGrads g = kernels::residual_rms_norm_backward(
+        grads[0].contiguous(), at::Tensor(), saved[0], saved[1], saved[2]);
+    return {g.input, g.weight, at::Tensor()};
+  }
+};
+
+// h = x + a, then RMSNorm of h (a block's second norm).
+struct ResidualRmsNorm : torch::autograd::Function<ResidualRmsNorm> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& x, const at::Tensor& a,
+                                                const at::Tensor& weight, double eps) {
+    kernels::ResidualNorm out = kernels::residual_rms_norm(x, a, weight, eps);
+    ctx->save_for_backward({out.sum, out.rstd, weight});
+    return {out.sum, out.normalized};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor grad_sum = grads[0].defined() ? grads[0].contiguous() : at::Tensor();
+    if (!grads[1].defined()) return {grad_sum, grad_sum, at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    const kernels::ResidualNormGrads g = kernels::residual_rms_norm_backward(
+        grads[1].contiguous(), grad_sum, saved[0], saved[1], saved[2]);
+    return {g.input, g.input, g.weight, at::Tensor()};
+  }
+};
+
+// HF's LlamaRMSNorm in ATen operations: normalised in fp32, rounded, then scaled.
+at::Tensor composed_rms_norm(const at::Tensor& h, const at::Tensor& weight, double eps) {
+  const at::Tensor h32 = h.to(at::kFloat);
+  const at::Tensor normalized = h32 * at::rsqrt(h32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normalized.to(h.scalar_type());
+}
+
+bool rms_norm_fuses(const at::Tensor& x, const at::Tensor& weight) {
+  return applies({&x, &weight}) && weight.dim() == 1 && x.size(-1) == weight.numel();
+}
+
 }  // namespace
 
 bool enabled() {
@@ -94,6 +142,21 @@ std::pair<at::Tensor, at::Tensor> residual_layer_norm(const at::Tensor& x, const
     return {h, at::layer_norm(h, {weight.numel()}, weight, bias, eps)};
   }
   const auto out = ResidualLayerNorm::apply(x, a, weight, bias, eps);
+  return {out[0], out[1]};
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (!rms_norm_fuses(x, weight)) return composed_rms_norm(x, weight, eps);
+  return RmsNorm::apply(x, weight, eps);
+}
+
+std::pair<at::Tensor, at::Tensor> residual_rms_norm(const at::Tensor& x, const at::Tensor& a,
+                                                    const at::Tensor& weight, double eps) {
+  if (!rms_norm_fuses(x, weight) || !applies({&x, &a}) || x.sizes() != a.sizes()) {
+    const at::Tensor h = x + a;
+    return {h, composed_rms_norm(h, weight, eps)};
+  }
+  const auto out = ResidualRmsNorm::apply(x, a, weight, eps);
   return {out[0], out[1]};
 }
 

@@ -30,4 +30,15 @@ ZERO_INTERNAL_API std::pair<at::Tensor, at::Tensor> residual_layer_norm(
     const at::Tensor& x, const at::Tensor& a, const at::Tensor& weight, const at::Tensor& bias,
     double eps);
 
+/// RMSNorm over the last dimension, as HF's LlamaRMSNorm: weight * (x / sqrt(mean(x^2) + eps)),
+/// x [..., C], weight [C]. Fused: computed in fp32 and rounded once (ATen's composition, as
+/// HF's, rounds the normalised value before the scale too).
+ZERO_INTERNAL_API at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// {h = x + a, rms_norm(h, weight, eps)}: x, a [..., C].
+ZERO_INTERNAL_API std::pair<at::Tensor, at::Tensor> residual_rms_norm(const at::Tensor& x,
+                                                                      const at::Tensor& a,
+                                                                      const at::Tensor& weight,
+                                                                      double eps);
+
 }  // namespace zero::fused

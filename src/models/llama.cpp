@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "hardware/half_gemm.h"
+#include "kernels/fused_ops.h"
 #include "models/families.h"
 #include "models/hf_config_reader.h"
 #include "models/lm_head_loss.h"
@@ -143,19 +144,18 @@ TORCH_MODULE(Linear);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t size, double eps) : eps_(eps) {
+  RMSNormImpl(int64_t size, double eps) : eps(eps) {
     weight = register_parameter("weight", at::ones({size}));
   }
-  // HF's LlamaRMSNorm: normalised in fp32, rounded to the input's dtype, then scaled.
-  at::Tensor forward(const at::Tensor& x) {
-    const at::Tensor h = x.to(at::kFloat);
-    const at::Tensor normalized = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-    return weight * normalized.to(x.scalar_type());
+  // HF's LlamaRMSNorm, one row pass where the kernels fuse (Note [Fused element-wise
+  // kernels]), else its ATen composition.
+  at::Tensor forward(const at::Tensor& x) { return fused::rms_norm(x, weight, eps); }
+  // {x + a, forward(x + a)}: the residual add in the same pass.
+  std::pair<at::Tensor, at::Tensor> after_residual(const at::Tensor& x, const at::Tensor& a) {
+    return fused::residual_rms_norm(x, a, weight, eps);
   }
   at::Tensor weight;
-
- private:
-  double eps_;
+  double eps;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -224,9 +224,10 @@ class DecoderLayerImpl : public torch::nn::Module {
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                      at::Tensor* past_keys = nullptr, at::Tensor* past_values = nullptr) {
-    const at::Tensor h =
-        x + self_attn->forward(input_layernorm->forward(x), cos, sin, past_keys, past_values);
-    return h + mlp->forward(post_attention_layernorm->forward(h));
+    const at::Tensor attended =
+        self_attn->forward(input_layernorm->forward(x), cos, sin, past_keys, past_values);
+    const auto [h, normalized] = post_attention_layernorm->after_residual(x, attended);
+    return h + mlp->forward(normalized);
   }
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
@@ -492,9 +493,11 @@ void LlamaConfig::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
 // What autograd keeps of one micro-batch (N = batch x seq tokens, e bytes per element of the
 // compute dtype, H hidden, Q = heads x head_dim, K = key/value heads x head_dim, I the MLP's
 // width), read off the forward above:
-//   - per layer (6H + 3Q + 2K + 4I elements per token): its input and the residual sum (H
-//     each, the two RMSNorms' inputs), each RMSNorm's normalised value and output (2H each)
-//     and fp32 rsqrt, and in 16 bits its input's fp32 copy (4H bytes); v as projected (K), q
+//   - per layer (4H + 3Q + 2K + 4I elements per token): its input and the residual sum (H
+//     each, the two RMSNorms' inputs) and each RMSNorm's output (H) and fp32 rstd where the
+//     norms are fused on the host; composed by ATen (a GPU, or ZERO_FUSED_KERNELS=0) each
+//     keeps its normalised value too (6H), and in 16 bits its input's fp32 copy (4H bytes); v
+//     as projected (K), q
 //     and k rotated (Q + K; the rotation keeps neither input, Rotary), the attention output and
 //     its contiguous copy (2Q) and SDPA's log-sum-exp (heads x 4 bytes; grouped-query attention
 //     in the kernel repeats nothing); the gate and up outputs (2I), silu's output (I) and the
@@ -549,10 +552,12 @@ PlanModel LlamaConfig::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarT
   const int64_t N = micro_batch * seq;
   const int64_t V = vocab_size;
   const bool widened = on_host && half_gemm::computes_in_fp32(compute_dtype);
-  // Per token, in elements of the compute dtype and fp32 bytes. An RMSNorm keeps its
-  // normalised value (H) and fp32 rsqrt, and in 16 bits its input's fp32 copy (4H bytes).
-  const int64_t norm_fp32_bytes = 4 + (e == 4 ? 0 : 4 * H);
-  const int64_t layer_elements = 6 * H + 3 * Q + 2 * K + 4 * I;
+  // Per token, in elements of the compute dtype and fp32 bytes. A fused RMSNorm (Note [Fused
+  // element-wise kernels]) keeps its input and fp32 rstd; ATen's composition keeps its
+  // normalised value and rsqrt, and in 16 bits its input's fp32 copy (4H bytes) besides.
+  const bool fused_norms = on_host && fused::enabled();
+  const int64_t norm_fp32_bytes = 4 + (fused_norms || e == 4 ? 0 : 4 * H);
+  const int64_t layer_elements = (fused_norms ? 4 : 6) * H + 3 * Q + 2 * K + 4 * I;
   const int64_t layer_fp32_bytes = 2 * norm_fp32_bytes + num_attention_heads * 4 +
                                    (widened ? 4 * (2 * Q + 2 * K) : 0);
   int64_t layer = N * (layer_elements * e + layer_fp32_bytes);
