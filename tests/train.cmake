@@ -179,6 +179,11 @@ if(TARGET zero-train)
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/resume-stage3.json
                    ${CMAKE_CURRENT_BINARY_DIR}/train/run-resume-llama-stage3 llama-tiny)
   set_tests_properties(zero_train_resume_llama_stage3 PROPERTIES TIMEOUT 900)
+  # A Llama-family checkpoint reshards: 2 ranks at stage 3 to 1 rank at stage 2 and 4 at stage 1.
+  add_test(NAME zero_train_reshard_llama
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_reshard_train.sh $<TARGET_FILE:zero-train>
+                   ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/reshard-llama llama-tiny)
+  set_tests_properties(zero_train_reshard_llama PROPERTIES TIMEOUT 600)
   add_test(NAME zero_train_readme_usage
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_readme_usage.sh $<TARGET_FILE:zero-train>
                    ${PROJECT_SOURCE_DIR}/README.md)
