@@ -56,6 +56,10 @@ install_optional transformers transformers 5.23.0 "the Hugging Face tests"
 # tiktoken: zero's GPT-2 encoder against it (tests/data/check_encoder_vs_tiktoken.py,
 # bench/encoder_vs_tiktoken.py).
 install_optional tiktoken tiktoken 0.14.0 "the encoder's comparison test"
+# tokenizers (transformers' own, pinned to the version its tests were checked with): the
+# reference for zero's tokenizer.json encoder (tests/data/make_hf_tokenizers.py,
+# bench/bench_hf_tokenizer.py).
+install_optional tokenizers tokenizers 0.23.3 "the Hugging Face tokenizer test"
 # tensorboard: reads zero's event files (tests/train/check_tensorboard.py).
 install_optional tensorboard tensorboard 2.20.0 "the event file test"
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"

@@ -20,3 +20,13 @@ set_tests_properties(zero_tokenize_cli PROPERTIES TIMEOUT 120)
 # The encoder's bytes -> id table (src/data/token_table.h), white-box.
 zero_add_test(NAME test_token_table SOURCES test_token_table.cpp INTERNAL)
 target_compile_definitions(test_token_table PRIVATE ZERO_DATA_DIR="${PROJECT_SOURCE_DIR}/data")
+# Hugging Face tokenizer.json files (src/data/hf_tokenizer*.cpp) against the tokenizers library:
+# the tokenizers and their ids made by tests/data/make_hf_tokenizers.py, then test_hf_tokenizer
+# and zero-tokenize --tokenizer checked; skips without the tokenizers package.
+zero_add_test(NAME test_hf_tokenizer SOURCES test_hf_tokenizer.cpp INTERNAL RUN_BY hf_tokenizer)
+target_compile_definitions(test_hf_tokenizer PRIVATE ZERO_DATA_DIR="${PROJECT_SOURCE_DIR}/data")
+add_test(NAME hf_tokenizer
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/data/check_hf_tokenizer.sh
+                 $<TARGET_FILE:test_hf_tokenizer> $<TARGET_FILE:zero-tokenize> ${ZERO_PYTHON3}
+                 ${CMAKE_CURRENT_BINARY_DIR}/hf_tokenizer)
+set_tests_properties(hf_tokenizer PROPERTIES TIMEOUT 900)

@@ -25,3 +25,12 @@ add_test(NAME hf_llama
                  ${MPIEXEC_EXECUTABLE} ${ZERO_PYTHON3} ${CMAKE_CURRENT_BINARY_DIR}/hf_llama)
 set_tests_properties(hf_llama PROPERTIES TIMEOUT 900
                      ENVIRONMENT "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1")
+# The README's Llama fine-tuning walk-through through the programs: zero-train --init with the
+# directory's tokenizer.json, zero-generate from the run against transformers' generate() on the
+# export (skipped, exit 77, without transformers and tokenizers).
+add_test(NAME llama_walkthrough
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/models/check_llama_walkthrough.sh $<TARGET_FILE:zero-train>
+                 ${PROJECT_BINARY_DIR}/bin/zero-run $<TARGET_FILE:zero-generate> $<TARGET_FILE:zero-ckpt>
+                 ${ZERO_PYTHON3} ${CMAKE_CURRENT_BINARY_DIR}/llama_walkthrough)
+set_tests_properties(llama_walkthrough PROPERTIES TIMEOUT 600
+                     ENVIRONMENT "OPENBLAS_CORETYPE=;OMP_NUM_THREADS=1")

@@ -3,7 +3,9 @@
 
 #include <ATen/ATen.h>
 
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "zero/comm.h"
@@ -22,6 +24,14 @@ std::shared_ptr<Communicator> world();
 /// Collective: an empty directory under the system temp dir, the same path on every rank
 /// ("zero-<name>-np<world>"; rank 0 empties it, then a barrier).
 std::string shared_temp_dir(const std::string& name);
+
+/// The bytes of the file `path` ("" when it cannot be read: the comparison that follows fails).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
 
 /// Whether this libtorch has fp16 CPU kernels for matmul and LayerNorm (libtorch >= 2.x does;
 /// Debian's 1.13 does not). fp16 tests skip, saying so, where it has not.

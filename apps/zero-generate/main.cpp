@@ -2,13 +2,14 @@
 //
 //   zero-generate --model DIR --prompt TEXT [--max-tokens 100] [--temperature 0.8] [--top-k 40]
 //                 [--top-p 1.0] [--seed 0] [--device cpu|cuda] [--no-kv-cache] [--threads T]
-//                 [--encoder data/gpt2/encoder.json] [--vocab data/gpt2/vocab.bpe]
+//                 [--encoder data/gpt2/encoder.json] [--vocab data/gpt2/vocab.bpe] [--tokenizer PATH]
 //
 // DIR: a Hugging Face directory (config.json + model.safetensors: what save_pretrained
 // and `zero-ckpt export` write, what zero-train --init reads), or a zero checkpoint (a
 // checkpoint directory with `latest`, one checkpoint, or a run directory with checkpoints/;
-// its model from the client state zero-train records). The prompt is encoded with GPT-2's BPE
-// (zero::GPT2Encoder) and continued token by token: temperature (0: the most likely token),
+// its model from the client state zero-train records). The prompt is encoded with the model
+// directory's tokenizer.json (zero::HfTokenizer; or --tokenizer), else GPT-2's BPE
+// (zero::GPT2Encoder), and continued token by token: temperature (0: the most likely token),
 // then the top k, then the smallest set whose probability reaches top p, drawn with a generator
 // seeded by --seed. With the KV cache (the default) each new token costs one position; with
 // --no-kv-cache the whole context is run again for each token (for comparison). The
@@ -23,7 +24,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +35,7 @@
 #include "zero/cuda_support.h"
 #include "zero/error.h"
 #include "zero/causal_lm.h"
+#include "zero/hf_tokenizer.h"
 #include "zero/tokenizer.h"
 
 namespace {
@@ -51,7 +55,46 @@ struct Options {
   int threads = 0;
   std::string encoder = "data/gpt2/encoder.json";
   std::string vocab = "data/gpt2/vocab.bpe";
+  std::string tokenizer;  // "": the model directory's tokenizer.json, else GPT-2's files
 };
+
+// How text becomes the model's ids and back: a Hugging Face tokenizer.json, or GPT-2's BPE.
+struct TextCodec {
+  std::function<std::vector<int32_t>(const std::string&)> encode;
+  std::function<std::string(int64_t)> token_bytes;
+  int64_t vocab_size = 0;
+  std::string what;  // for messages: the tokenizer's file
+};
+
+// --tokenizer, else a tokenizer.json in the model's directory (or the run directory above a
+// checkpoint directory: zero-train copies --init's tokenizer there), else GPT-2's files.
+TextCodec load_codec(const Options& o) {
+  std::string path = o.tokenizer;
+  if (path.empty()) {
+    const fs::path model = fs::path(o.model).lexically_normal();
+    for (const fs::path& dir : {model, model.parent_path(), model.parent_path().parent_path()}) {
+      if (!dir.empty() && zero::HfTokenizer::present(dir.string())) {
+        path = dir.string();
+        break;
+      }
+    }
+  }
+  TextCodec codec;
+  if (!path.empty()) {
+    auto tokenizer = std::make_shared<zero::HfTokenizer>(zero::HfTokenizer::load(path));
+    codec.encode = [tokenizer](const std::string& text) { return tokenizer->encode(text, "--prompt"); };
+    codec.token_bytes = [tokenizer](int64_t id) { return tokenizer->decode({id}); };
+    codec.vocab_size = tokenizer->vocab_size();
+    codec.what = tokenizer->path();
+    return codec;
+  }
+  auto encoder = std::make_shared<zero::GPT2Encoder>(zero::GPT2Encoder::load(o.encoder, o.vocab));
+  codec.encode = [encoder](const std::string& text) { return encoder->encode(text, "--prompt"); };
+  codec.token_bytes = [encoder](int64_t id) { return encoder->decoder().token_bytes(id); };
+  codec.vocab_size = encoder->vocab_size();
+  codec.what = o.encoder;
+  return codec;
+}
 
 // A checkpoint directory and tag as zero-train's --resume finds them, or "" for a Hugging Face
 // directory.
@@ -156,6 +199,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, cores));
   app.add_option("--encoder", o.encoder, "GPT-2 encoder.json")->capture_default_str();
   app.add_option("--vocab", o.vocab, "GPT-2 vocab.bpe")->capture_default_str();
+  app.add_option("--tokenizer", o.tokenizer,
+                 "a Hugging Face tokenizer.json (or its directory) instead of --encoder/--vocab "
+                 "(default: the model directory's, when it has one)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -173,15 +219,15 @@ int main(int argc, char** argv) {
       ZERO_CHECK(cuda.cuda_device_count() > 0, "--device cuda: no CUDA device is visible");
       device = at::Device(at::kCUDA, 0);
     }
-    const zero::GPT2Encoder encoder = zero::GPT2Encoder::load(o.encoder, o.vocab);
-    const std::vector<int32_t> prompt = encoder.encode(o.prompt, "--prompt");
+    const TextCodec codec = load_codec(o);
+    const std::vector<int32_t> prompt = codec.encode(o.prompt);
     ZERO_CHECK(!prompt.empty(), "--prompt is empty");
     const auto model = load_model(o.model);
     const zero::CausalLMShape shape = model->causal_lm_config().shape();
     const int64_t context = shape.context_length;
-    ZERO_CHECK(shape.vocab_size <= encoder.vocab_size(), "--model ", o.model, " has a ",
-               "vocabulary of ", shape.vocab_size, ", more than the encoder's ",
-               encoder.vocab_size());
+    ZERO_CHECK(shape.vocab_size <= codec.vocab_size, "--model ", o.model, " has a ",
+               "vocabulary of ", shape.vocab_size, ", more than the tokenizer's ",
+               codec.vocab_size, " (", codec.what, ")");
     model->to(device);
     model->eval();
     at::NoGradGuard no_grad;
@@ -206,7 +252,7 @@ int main(int argc, char** argv) {
       const at::Tensor last = logits.to(at::kCPU, at::kFloat);
       const int64_t next = sample(last, o, generator);
       ids.push_back(next);
-      const std::string& bytes = encoder.decoder().token_bytes(next);
+      const std::string bytes = codec.token_bytes(next);
       std::fwrite(bytes.data(), 1, bytes.size(), stdout);
       std::fflush(stdout);
       if (produced == 0) {

@@ -1,11 +1,15 @@
 // zero-tokenize: text files -> one llm.c token file (or a train/validation pair), with GPT-2's
-// byte-level BPE (zero::GPT2Encoder: tiktoken's ids), over every core.
+// byte-level BPE (zero::GPT2Encoder: tiktoken's ids) or a Hugging Face tokenizer.json
+// (zero::HfTokenizer: the tokenizers library's ids), over every core.
 //
 //   zero-tokenize INPUT... --out FILE.bin [--val-fraction F] [--threads T]
 //                 [--encoder data/gpt2/encoder.json] [--vocab data/gpt2/vocab.bpe]
+//                 [--tokenizer DIR_OR_TOKENIZER_JSON]
 //
 // INPUT: text files, or directories (their *.txt files, recursively, in name order). Each file
-// is one document, preceded by <|endoftext|> (50256). With --val-fraction F > 0, --out is a
+// is one document, preceded by <|endoftext|> (50256), or with --tokenizer by the tokenizer's
+// eos token (tokenizer_config.json's eos_token; nothing without one); token files hold uint16
+// ids, so a tokenizer of more than 65536 ids is refused. With --val-fraction F > 0, --out is a
 // prefix: the last F of the tokens go to PREFIX_val.bin and the rest to PREFIX_train.bin (what
 // zero-train --data PREFIX reads). A bad input (missing, unreadable, empty, binary, not UTF-8)
 // is one message naming the file (and the byte offset), exit status 2, nothing written.
@@ -13,11 +17,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "zero/console.h"
+#include "zero/hf_tokenizer.h"
 #include "zero/text_corpus.h"
 #include "zero/tokenizer.h"
 
@@ -28,7 +34,9 @@ int main(int argc, char** argv) {
   int threads = 0;
   std::string encoder_path = "data/gpt2/encoder.json";
   std::string vocab_path = "data/gpt2/vocab.bpe";
-  CLI::App app{"zero-tokenize: text files -> an llm.c token file, with GPT-2's BPE"};
+  std::string tokenizer_path;
+  CLI::App app{"zero-tokenize: text files -> an llm.c token file, with GPT-2's BPE or a "
+               "Hugging Face tokenizer.json"};
   app.add_option("inputs", inputs, "text files, or directories of .txt files")->required();
   app.add_option("--out", out, "token file (with --val-fraction: the prefix of two)")->required();
   app.add_option("--val-fraction", val_fraction,
@@ -43,8 +51,15 @@ int main(int argc, char** argv) {
   app.add_flag("--replace-invalid", replace_invalid,
                "replace ill-formed UTF-8 by U+FFFD (as Python's bytes.decode(\"utf-8\", "
                "\"replace\")) instead of refusing the file");
-  app.add_option("--encoder", encoder_path, "GPT-2 encoder.json")->capture_default_str();
-  app.add_option("--vocab", vocab_path, "GPT-2 vocab.bpe")->capture_default_str();
+  CLI::Option* encoder_option =
+      app.add_option("--encoder", encoder_path, "GPT-2 encoder.json")->capture_default_str();
+  CLI::Option* vocab_option =
+      app.add_option("--vocab", vocab_path, "GPT-2 vocab.bpe")->capture_default_str();
+  app.add_option("--tokenizer", tokenizer_path,
+                 "a Hugging Face byte-level BPE tokenizer instead of GPT-2's: a directory with "
+                 "tokenizer.json (and tokenizer_config.json for its eos token), or the file")
+      ->excludes(encoder_option)
+      ->excludes(vocab_option);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -54,7 +69,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const zero::GPT2Encoder encoder = zero::GPT2Encoder::load(encoder_path, vocab_path);
+    // One of the two; the other stays empty.
+    std::optional<zero::GPT2Encoder> encoder;
+    std::optional<zero::HfTokenizer> tokenizer;
+    if (tokenizer_path.empty()) {
+      encoder = zero::GPT2Encoder::load(encoder_path, vocab_path);
+    } else {
+      tokenizer = zero::HfTokenizer::load(tokenizer_path);
+    }
     const std::vector<std::string> files = zero::list_text_files(inputs);
     zero::TokenizeOptions options;
     options.val_fraction = val_fraction;
@@ -73,7 +95,9 @@ int main(int argc, char** argv) {
                   done / 1e6 / std::max(seconds, 1e-9));
       std::fflush(stdout);
     };
-    const zero::TokenizeResult result = zero::tokenize_text_files(files, encoder, out, options);
+    const zero::TokenizeResult result =
+        tokenizer ? zero::tokenize_text_files(files, *tokenizer, out, options)
+                  : zero::tokenize_text_files(files, *encoder, out, options);
     if (terminal) std::printf("\n");
     std::printf("zero-tokenize: %lld file(s), %.2f MB of text -> %lld tokens (%lld validation) "
                 "in %.3f s (%.1f MB/s on %d thread(s)):",

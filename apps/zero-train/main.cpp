@@ -135,6 +135,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--encoder", o.encoder, "GPT-2 encoder.json for decoding samples")
       ->capture_default_str();
+  app.add_option("--tokenizer", o.tokenizer,
+                 "a Hugging Face tokenizer.json (or its directory) to tokenize text --data with "
+                 "and decode samples (default: --init's, when its directory has one; else "
+                 "--encoder and --vocab)")
+      ->check(non_empty());
   app.add_option("--steps", o.steps, "optimizer steps in all (a resumed run trains the rest)")
       ->check(integer_at_least(1))->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "validation loss every K steps (0: only at the end)")

@@ -61,7 +61,7 @@ zero::Config load_filled_config(const Options& o, const zero::CausalLMConfig& mo
   return config;
 }
 
-// The config, the model, the token files and the decoder into `in` (whose `data` is set).
+// The config, the model, the token files and the tokenizer into `in` (whose `data` is set).
 void load_inputs(const Options& o, Inputs& in, int world, int64_t memory_per_rank) {
   in.model = zero::causal_lm_named(o.model);
   if (!o.init.empty()) {
@@ -106,12 +106,18 @@ void load_inputs(const Options& o, Inputs& in, int world, int64_t memory_per_ran
   in.shape = in.model->shape();
   in.seq = seq;
   if (o.plan) return;  // --plan samples nothing
-  in.decoder = zero::GPT2Decoder::load(o.encoder);
-  // Samples decode ids the model draws from its whole vocabulary: a smaller encoder would
+  const std::string hf = tokenizer_path(o);
+  if (hf.empty()) {
+    in.tokenizer.gpt2 = GPT2Decoder::load(o.encoder);
+  } else {
+    in.tokenizer.hf = HfTokenizer::load(hf);
+  }
+  // Samples decode ids the model draws from its whole vocabulary: a smaller tokenizer would
   // fail at the first sample, after training.
-  ZERO_CHECK(in.decoder->vocab_size() >= shape.vocab_size, "--encoder ", o.encoder, " has ",
-             in.decoder->vocab_size(), " tokens, but ", o.model, " draws from ",
-             shape.vocab_size, "; pass the model's GPT-2 encoder.json");
+  ZERO_CHECK(in.tokenizer.vocab_size() >= shape.vocab_size, "the tokenizer ",
+             in.tokenizer.path(), " has ", in.tokenizer.vocab_size(), " tokens, but ", o.model,
+             " draws from ", shape.vocab_size, "; pass the model's (",
+             hf.empty() ? "--encoder" : "--tokenizer", ")");
 }
 
 // Collective. Whether bf16 and fp16 GEMMs are fast here, for "auto" fp16/bf16 sections: the
@@ -173,21 +179,46 @@ std::string tokenize_text_data(const Options& o, Communicator& comm, int cores,
   if (!is_text_data(o.data)) return o.data;
   run_and_agree(comm, "tokenizing " + o.data, [&] {
     if (comm.rank() != 0) return;
-    const GPT2Encoder encoder = GPT2Encoder::load(o.encoder, o.vocab);
     const bool terminal = stdout_is_terminal();
-    prepare_text_data(o.data, encoder, o.val_fraction, cores, &note,
-                      [terminal](int64_t done, int64_t total) {
-                        if (!terminal || total == 0) return;
-                        std::printf("\rzero-train: tokenizing %5.1f%% of %.1f MB",
-                                    100.0 * done / total, total / 1e6);
-                        std::fflush(stdout);
-                      });
+    const auto progress = [terminal](int64_t done, int64_t total) {
+      if (!terminal || total == 0) return;
+      std::printf("\rzero-train: tokenizing %5.1f%% of %.1f MB", 100.0 * done / total,
+                  total / 1e6);
+      std::fflush(stdout);
+    };
+    const std::string hf = tokenizer_path(o);
+    if (hf.empty()) {
+      const GPT2Encoder encoder = GPT2Encoder::load(o.encoder, o.vocab);
+      prepare_text_data(o.data, encoder, o.val_fraction, cores, &note, progress);
+    } else {
+      const HfTokenizer tokenizer = HfTokenizer::load(hf);
+      prepare_text_data(o.data, tokenizer, o.val_fraction, cores, &note, progress);
+    }
     if (terminal) std::printf("\n");
   });
   return text_data_prefix(o.data);
 }
 
 }  // namespace
+
+int64_t RunTokenizer::vocab_size() const { return hf ? hf->vocab_size() : gpt2->vocab_size(); }
+
+std::string RunTokenizer::decode(const std::vector<int64_t>& ids) const {
+  return hf ? hf->decode(ids) : gpt2->decode(ids);
+}
+
+int64_t RunTokenizer::start_id() const {
+  if (!hf) return GPT2Encoder::kEndOfText;
+  return hf->bos_id().value_or(hf->eos_id().value_or(0));
+}
+
+std::string RunTokenizer::path() const { return hf ? hf->path() : gpt2->path(); }
+
+std::string tokenizer_path(const Options& o) {
+  if (!o.tokenizer.empty()) return o.tokenizer;
+  if (!o.init.empty() && HfTokenizer::present(o.init)) return o.init;
+  return "";
+}
 
 Inputs prepare_inputs(Options& o, Communicator& comm) {
   const int world = comm.size();

@@ -139,6 +139,19 @@ void load_resumed_state(const Options& o, const Inputs& in, Trainee& t, const Re
              " was saved after step ", r.first_step, "; pass --steps above it to train on");
 }
 
+// tokenizer.json and the tokenizer_config.json beside it (if any) into `dir`.
+void copy_tokenizer_files(const std::string& tokenizer_json, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path source = tokenizer_json;
+  for (const fs::path& file : {source, source.parent_path() / "tokenizer_config.json"}) {
+    if (!fs::exists(file)) continue;
+    const fs::path target = fs::path(dir) / file.filename();
+    std::error_code same;
+    if (fs::equivalent(file, target, same)) continue;
+    fs::copy_file(file, target, fs::copy_options::overwrite_existing);
+  }
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const Options& o) {
@@ -183,6 +196,8 @@ Resumed resume(const Options& o, const Inputs& in, Trainee& t, const ResumeFrom&
     if (comm.rank() != 0) return;
     std::filesystem::create_directories(o.out);
     write_file_atomically(o.out + "/config.json", config.effective_json + "\n");
+    // The run's Hugging Face tokenizer beside its checkpoints, where zero-generate finds it.
+    if (in.tokenizer.hf) copy_tokenizer_files(in.tokenizer.hf->path(), o.out);
     MetricsRows kept;
     if (r.first_step > 0) {
       kept = read_metrics(o.out + "/metrics.csv", r.first_step);

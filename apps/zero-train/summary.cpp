@@ -82,7 +82,7 @@ void summarise(const Options& o, const Inputs& in, const Planned& planned, Train
       (comm_after.all_gather.bytes - result.before.all_gather.bytes)) - moved;
   // Collective at stage 3 (a forward gathers), so before the summary that only rank 0 prints.
   const std::string final_sample =
-      sample_text(*t.model, *in.decoder, o.sample_tokens, in.seq, config.seed);
+      sample_text(*t.model, in.tokenizer, o.sample_tokens, in.seq, config.seed);
   if (comm.rank() != 0) return;
   const ShardLayout layout = shard_layout(t.engine->num_parameters(), world, kShardAlignment);
   const double p = static_cast<double>(layout.padded_numel);

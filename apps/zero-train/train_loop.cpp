@@ -158,16 +158,16 @@ void report_step(const StepRecord& r, const std::optional<std::string>& sampled,
 
 }  // namespace
 
-std::string sample_text(CausalLM& model, const GPT2Decoder& decoder, int64_t tokens,
+std::string sample_text(CausalLM& model, const RunTokenizer& tokenizer, int64_t tokens,
                         int64_t context, uint64_t seed) {
-  // Top-k sampling (k 40, temperature 0.8) from <|endoftext|>, seeded so runs are reproducible.
+  // Top-k sampling (k 40, temperature 0.8) from the start id, seeded so runs are reproducible.
   // With the KV cache and the last position's logits only, as zero-generate: each token costs
   // one position (the whole context's [T, vocab] logits per token took 35 % more memory than
   // the training step on gpt2-tiny), so sampling stays inside the training step's memory plan.
   at::NoGradGuard no_grad;
   model.eval();
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  std::vector<int64_t> ids = {50256};  // <|endoftext|> as the prompt
+  std::vector<int64_t> ids = {tokenizer.start_id()};  // the prompt
   KVCache cache;
   for (int64_t i = 0; i < tokens; ++i) {
     // Drawn on the host with the seeded CPU generator, whatever the device.
@@ -177,7 +177,7 @@ std::string sample_text(CausalLM& model, const GPT2Decoder& decoder, int64_t tok
     ids.push_back(index[choice.item<int64_t>()].item<int64_t>());
   }
   model.train();
-  return decoder.decode(std::vector<int64_t>(ids.begin() + 1, ids.end()));
+  return tokenizer.decode(std::vector<int64_t>(ids.begin() + 1, ids.end()));
 }
 
 Trained train(const Options& o, Inputs& in, const Planned& p, Trainee& t, Resumed& resumed,
@@ -200,7 +200,7 @@ Trained train(const Options& o, Inputs& in, const Planned& p, Trainee& t, Resume
     // (at stage 3 it gathers each unit's parameters), so no rank may skip it.
     std::optional<std::string> sampled;
     if (o.sample_every > 0 && (step + 1) % o.sample_every == 0 && !last) {
-      sampled = sample_text(*t.model, *in.decoder, o.sample_tokens, in.seq, in.config.seed + step);
+      sampled = sample_text(*t.model, in.tokenizer, o.sample_tokens, in.seq, in.config.seed + step);
     }
     trained.records.push_back(r);
     if (rank0) {

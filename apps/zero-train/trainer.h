@@ -37,6 +37,7 @@
 #include "zero/cuda_support.h"
 #include "zero/data.h"
 #include "zero/engine.h"
+#include "zero/hf_tokenizer.h"
 #include "zero/memory_plan.h"
 #include "zero/tokenizer.h"
 
@@ -50,6 +51,7 @@ struct Options {
   std::string data = "data/tokens/moby_dick";
   std::string encoder = "data/gpt2/encoder.json";
   std::string vocab = "data/gpt2/vocab.bpe";  // with --data text: the BPE merges
+  std::string tokenizer;  // a Hugging Face tokenizer.json or its directory ("": see RunTokenizer)
   double val_fraction = 0.05;                 // with --data text: the validation share
   int64_t steps = 100;
   int64_t eval_every = 25;
@@ -78,6 +80,22 @@ std::string checkpoint_dir(const Options& o);
 
 // 1. prepare.cpp
 
+/// The run's tokenizer: a Hugging Face tokenizer.json (--tokenizer, or --init's directory's when
+/// it has one), else GPT-2's BPE files (--encoder, --vocab). Text --data is tokenized with it
+/// and samples are decoded with it.
+struct RunTokenizer {
+  std::optional<HfTokenizer> hf;
+  std::optional<GPT2Decoder> gpt2;  // GPT-2's decoder (its encoder is loaded to tokenize text)
+  int64_t vocab_size() const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+  /// What samples start from: the tokenizer's bos token, else its eos; GPT-2's <|endoftext|>.
+  int64_t start_id() const;
+  /// Its file (tokenizer.json, or encoder.json).
+  std::string path() const;
+};
+/// --tokenizer, or --init's directory's tokenizer.json, or "" (GPT-2's files).
+std::string tokenizer_path(const Options& o);
+
 /// Everything that can fail because of the user's inputs, prepared on every rank.
 struct Inputs {
   Config config;
@@ -86,7 +104,7 @@ struct Inputs {
   std::string data;     // the token files' prefix (--data, or where its text was tokenized)
   std::optional<TokenFile> train;
   std::optional<TokenFile> val;
-  std::optional<GPT2Decoder> decoder;
+  RunTokenizer tokenizer;
   int64_t seq = 0;  // tokens per sequence
   std::optional<DistributedSampler> sampler;
   std::optional<EvalBatcher> val_batches;
@@ -183,8 +201,9 @@ struct Trained {
 /// Collective. Phase 6: the steps, validation, samples, checkpoints.
 Trained train(const Options& o, Inputs& in, const Planned& planned, Trainee& trainee,
               Resumed& resumed, Communicator& comm);
-/// Collective (a forward may gather at stage 3): top-k sampling from <|endoftext|>, seeded.
-std::string sample_text(CausalLM& model, const GPT2Decoder& decoder, int64_t tokens,
+/// Collective (a forward may gather at stage 3): top-k sampling from the tokenizer's start id,
+/// seeded.
+std::string sample_text(CausalLM& model, const RunTokenizer& tokenizer, int64_t tokens,
                         int64_t context, uint64_t seed);
 
 // 7. summary.cpp

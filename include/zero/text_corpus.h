@@ -1,10 +1,12 @@
-// Text files -> llm.c token files, with GPT-2's encoder (zero/tokenizer.h): what zero-tokenize
-// and zero-train --data FILE.txt do. Each text file is one document, preceded by
-// <|endoftext|> (50256), as GPT-2's and llm.c's data are; the token files are those
-// zero::TokenFile reads (zero/data.h).
+// Text files -> llm.c token files, with GPT-2's encoder (zero/tokenizer.h) or a Hugging Face
+// tokenizer (zero/hf_tokenizer.h): what zero-tokenize and zero-train --data FILE.txt do. Each
+// text file is one document, preceded by a separator token: <|endoftext|> (50256) with GPT-2's
+// encoder, as GPT-2's and llm.c's data are, the tokenizer's eos token with a Hugging Face one.
+// The token files are those zero::TokenFile reads (zero/data.h): uint16 ids.
 #pragma once
 
 #include "zero/export.h"
+#include "zero/hf_tokenizer.h"
 #include "zero/tokenizer.h"
 
 #include <cstdint>
@@ -36,7 +38,7 @@ struct ZERO_API TokenizeResult {
   std::vector<std::string> files;  // what was written: `out`, or PREFIX_train.bin, PREFIX_val.bin
   int64_t documents = 0;
   int64_t bytes = 0;   // of text
-  int64_t tokens = 0;  // written, <|endoftext|> included
+  int64_t tokens = 0;  // written, separators (<|endoftext|>) included
   int64_t val_tokens = 0;
   double seconds = 0;  // encoding only
 };
@@ -48,6 +50,12 @@ struct ZERO_API TokenizeResult {
 ZERO_API TokenizeResult tokenize_text_files(const std::vector<std::string>& files,
                                             const GPT2Encoder& encoder, const std::string& out,
                                             const TokenizeOptions& options = {});
+/// The same with a Hugging Face tokenizer: each document preceded by the tokenizer's eos token
+/// (tokenizer_config.json's eos_token), or by nothing when it has none. Throws zero::Error
+/// naming the tokenizer when its vocab_size() exceeds 65536 (the files hold uint16 ids).
+ZERO_API TokenizeResult tokenize_text_files(const std::vector<std::string>& files,
+                                            const HfTokenizer& tokenizer, const std::string& out,
+                                            const TokenizeOptions& options = {});
 
 /// zero-train --data for text: `input` (a .txt file, or a directory of them) tokenized into
 /// INPUT.zero-tokens/ (a directory beside it) as data_train.bin and data_val.bin, the last
@@ -57,6 +65,13 @@ ZERO_API TokenizeResult tokenize_text_files(const std::vector<std::string>& file
 /// inputs' checksums; a changed input is tokenized again. Returns the prefix to load
 /// (INPUT.zero-tokens/data) and sets `*note` to what was done ("tokenized ..." or "using ...").
 ZERO_API std::string prepare_text_data(const std::string& input, const GPT2Encoder& encoder,
+                                       double val_fraction, int threads, std::string* note,
+                                       const std::function<void(int64_t, int64_t)>& progress = {});
+
+/// The same with a Hugging Face tokenizer (documents separated as tokenize_text_files does);
+/// the manifest also records the tokenizer (its tokenizer.json's size and CRC-32, and the
+/// separator), so tokens made with another tokenizer are not reused.
+ZERO_API std::string prepare_text_data(const std::string& input, const HfTokenizer& tokenizer,
                                        double val_fraction, int threads, std::string* note,
                                        const std::function<void(int64_t, int64_t)>& progress = {});
 

@@ -32,6 +32,7 @@ inline constexpr int64_t kMaxConfigBytes = 16LL << 20;    // a DeepSpeed JSON co
 inline constexpr int64_t kMaxMetadataBytes = 1LL << 30;   // checkpoint metadata.json (piece lists)
 inline constexpr int64_t kMaxIndexBytes = 4096;           // a checkpoint's `latest`
 inline constexpr int64_t kMaxEncoderBytes = 256LL << 20;  // a GPT-2 encoder.json (1 MB real)
+inline constexpr int64_t kMaxTokenizerBytes = 64LL << 20;  // a tokenizer.json (Llama 3's: 9 MB)
 
 /// Deepest JSON nesting accepted anywhere (objects and arrays count one level each).
 inline constexpr int kMaxJsonDepth = 64;

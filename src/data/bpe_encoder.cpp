@@ -1,21 +1,13 @@
 // GPT2Encoder (include/zero/tokenizer.h): GPT-2's byte-level BPE, exactly as tiktoken computes
-// it. The pre-tokenization regex runs in PCRE2 (Debian's libpcre2, JIT-compiled): a real regex
-// engine with Unicode properties, not hand-written matching, so \p{L}, \p{N} and \s mean what
-// they mean to tiktoken's regex crate.
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
+// it. The pre-tokenization regex runs in PCRE2 (src/data/pretokenizer.h): a real regex engine
+// with Unicode properties, not hand-written matching, so \p{L}, \p{N} and \s mean what they
+// mean to tiktoken's regex crate.
 #include <algorithm>
-#include <atomic>
-#include <cctype>
-#include <chrono>
-#include <condition_variable>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include "common/bounded_input.h"
+#include "data/byte_level.h"
+#include "data/pretokenizer.h"
 #include "data/token_table.h"
 #include "data/utf8.h"
 #include "zero/error.h"
@@ -34,21 +26,13 @@ constexpr uint32_t kNoRank = TokenTable::kAbsent;
 // merge loop); natural text repeats its rare words. Bounded: cleared when full.
 constexpr size_t kCacheEntries = 1 << 16;
 
-std::string pcre2_message(int code) {
-  PCRE2_UCHAR buffer[256];
-  pcre2_get_error_message(code, buffer, sizeof(buffer));
-  return reinterpret_cast<const char*>(buffer);
-}
-
 }  // namespace
 
 struct GPT2Encoder::Impl {
   GPT2Decoder decoder;
   // Token bytes -> id (= merge rank).
   TokenTable ids;
-  pcre2_code* code = nullptr;
-
-  ~Impl() { pcre2_code_free(code); }
+  PreTokenizationRegex pattern{kPattern, "GPT-2's pre-tokenization pattern"};
 
   uint32_t rank(std::string_view bytes) const {
     return ids.find(bytes);
@@ -104,41 +88,25 @@ struct GPT2Encoder::Impl {
 
   // The ids of valid UTF-8 `text`, appended to `out`.
   void encode_valid(std::string_view text, std::vector<int32_t>& out) const {
-    pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
-    ZERO_CHECK(data != nullptr, "GPT2Encoder: out of memory for PCRE2 match data");
+    PreTokenizationRegex::Scratch scratch(pattern);
     std::unordered_map<std::string_view, std::vector<int32_t>> cache;
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t offset = 0;
-    while (offset < text.size()) {
-      // No UTF check: the caller validated the text (a check per match would be quadratic).
-      const int rc = pcre2_jit_match(code, subject, text.size(), offset, PCRE2_NO_UTF_CHECK, data,
-                                     nullptr);
-      if (rc < 0) {
-        pcre2_match_data_free(data);
-        ZERO_INTERNAL_ASSERT(false, "GPT-2 pre-tokenization failed at byte ", offset, ": ",
-                             pcre2_message(rc));
-      }
-      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
-      const size_t begin = ovector[0], end = ovector[1];
-      ZERO_INTERNAL_ASSERT(begin == offset && end > begin, "GPT-2 pre-tokenization skipped [",
-                           offset, ", ", begin, ")");
+    // GPT-2's pattern matches every character, so the pieces are its matches.
+    split_isolated(pattern, scratch, text, [&](size_t begin, size_t end) {
       const std::string_view piece = text.substr(begin, end - begin);
       const uint32_t whole = rank(piece);
       if (whole != kNoRank) {
         out.push_back(static_cast<int32_t>(whole));
-      } else {
-        auto it = cache.find(piece);
-        if (it == cache.end()) {
-          if (cache.size() >= kCacheEntries) cache.clear();
-          std::vector<int32_t> merged;
-          merge(piece, merged);
-          it = cache.emplace(piece, std::move(merged)).first;
-        }
-        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
       }
-      offset = end;
-    }
-    pcre2_match_data_free(data);
+      auto it = cache.find(piece);
+      if (it == cache.end()) {
+        if (cache.size() >= kCacheEntries) cache.clear();
+        std::vector<int32_t> merged;
+        merge(piece, merged);
+        it = cache.emplace(piece, std::move(merged)).first;
+      }
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    });
   }
 };
 
@@ -181,22 +149,14 @@ GPT2Encoder GPT2Encoder::load(const std::string& encoder_json_path,
   }
   // vocab.bpe: "#version" then "A B" per line; merge i must make token 256 + i.
   const std::string text = read_regular_file(vocab_bpe_path, "GPT-2 vocab.bpe", kMaxEncoderBytes);
-  std::unordered_map<uint32_t, char> unicode_to_byte;
-  for (int b = 0; b < 256; ++b) unicode_to_byte[byte_to_unicode[b]] = static_cast<char>(b);
   const auto to_bytes = [&](std::string_view symbols, int64_t line) {
     std::string bytes;
-    size_t at = 0;
-    while (at < symbols.size()) {
-      const size_t length = utf8::sequence_length(symbols, at);
-      ZERO_CHECK(length > 0, "GPT-2 vocab.bpe '", vocab_bpe_path, "' line ", line,
-                 ": not valid UTF-8");
-      uint32_t cp = static_cast<unsigned char>(symbols[at]) & (length == 1 ? 0x7F : 0x3F >> (length - 1));
-      for (size_t k = 1; k < length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(symbols[at + k]) & 0x3F);
-      const auto it = unicode_to_byte.find(cp);
-      ZERO_CHECK(it != unicode_to_byte.end(), "GPT-2 vocab.bpe '", vocab_bpe_path, "' line ",
-                 line, ": a symbol outside GPT-2's byte-to-unicode table");
-      bytes.push_back(it->second);
-      at += length;
+    uint32_t outside = 0;
+    if (!byte_level::to_bytes(symbols, &bytes, &outside)) {
+      ZERO_CHECK(outside != byte_level::kNotUtf8, "GPT-2 vocab.bpe '", vocab_bpe_path,
+                 "' line ", line, ": not valid UTF-8");
+      ZERO_CHECK(false, "GPT-2 vocab.bpe '", vocab_bpe_path, "' line ", line,
+                 ": a symbol outside GPT-2's byte-to-unicode table");
     }
     return bytes;
   };
@@ -229,23 +189,11 @@ GPT2Encoder GPT2Encoder::load(const std::string& encoder_json_path,
              "' has ", merges, " merges for the ", n, " tokens of '", encoder_json_path,
              "' (expected ", n - 256, ", or one fewer with a special token last)");
 
-  int error = 0;
-  PCRE2_SIZE error_at = 0;
-  impl->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
-                             PCRE2_UTF | PCRE2_UCP, &error, &error_at, nullptr);
-  ZERO_INTERNAL_ASSERT(impl->code != nullptr, "GPT-2 pattern does not compile: ",
-                       pcre2_message(error));
-  const int jit = pcre2_jit_compile(impl->code, PCRE2_JIT_COMPLETE);
-  // Without JIT (a PCRE2 built without it) pcre2_jit_match is unavailable: say so rather
-  // than run 10x slower unnoticed.
-  ZERO_CHECK(jit == 0, "GPT2Encoder: this PCRE2 cannot JIT-compile the pre-tokenization pattern (",
-             pcre2_message(jit), "); zero needs a PCRE2 built with JIT (Debian's is)");
   return GPT2Encoder(std::move(impl));
 }
 
 std::vector<int32_t> GPT2Encoder::encode(std::string_view text, const std::string& what) const {
-  const int64_t bad = utf8::first_invalid(text);
-  ZERO_CHECK(bad < 0, what, " is not valid UTF-8 at byte offset ", bad);
+  utf8::check_valid(text, what);
   std::vector<int32_t> out;
   out.reserve(text.size() / 4 + 16);
   impl_->encode_valid(text, out);
@@ -260,94 +208,23 @@ std::vector<int32_t> GPT2Encoder::encode_lossy(std::string_view bytes) const {
   return out;
 }
 
-namespace {
-
-// Cut points at a space between two non-space ASCII characters, near `pieces` even shares of
-// the text: there the pre-tokenization starts a new piece whatever came before (no piece spans
-// a space but as its first character, and the space begins " ?X" for the character after).
-std::vector<size_t> cut_points(std::string_view text, size_t pieces) {
-  std::vector<size_t> cuts = {0};
-  const auto plain = [&](size_t i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    return c < 0x80 && !std::isspace(c);
-  };
-  for (size_t k = 1; k < pieces; ++k) {
-    size_t at = std::max(cuts.back() + 1, text.size() * k / pieces);
-    while (at + 1 < text.size() && !(text[at] == ' ' && plain(at - 1) && plain(at + 1))) ++at;
-    if (at + 1 >= text.size()) break;
-    cuts.push_back(at);
-  }
-  cuts.push_back(text.size());
-  return cuts;
-}
-
-}  // namespace
-
 std::vector<int32_t> GPT2Encoder::encode_parallel(
     std::string_view text, int threads, const std::string& what,
     const std::function<void(int64_t)>& progress) const {
-  const int64_t bad = utf8::first_invalid(text);
-  ZERO_CHECK(bad < 0, what, " is not valid UTF-8 at byte offset ", bad);
-  // Several chunks per thread, taken in turn, so an uneven chunk does not leave threads idle;
-  // chunks of at least 256 KiB so a thread's start (tens of microseconds) costs nothing.
-  const size_t workers = static_cast<size_t>(std::max(1, threads));
-  const size_t pieces = std::max<size_t>(1, std::min(workers * 8, text.size() >> 18));
-  const std::vector<size_t> cuts = cut_points(text, pieces);
-  const size_t chunks = cuts.size() - 1;
-  std::vector<std::vector<int32_t>> results(chunks);
-  std::atomic<size_t> next{0};
-  std::atomic<int64_t> done{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto work = [&] {
-    for (size_t c = next++; c < chunks; c = next++) {
-      try {
-        const std::string_view chunk = text.substr(cuts[c], cuts[c + 1] - cuts[c]);
-        results[c].reserve(chunk.size() / 4 + 16);
-        impl_->encode_valid(chunk, results[c]);
-        done += static_cast<int64_t>(chunk.size());
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    }
+  utf8::check_valid(text, what);
+  // Cut at a space between two non-space ASCII characters: there the pattern starts a new
+  // piece whatever came before (no piece spans a space but as its first character, and the
+  // space begins " ?X" for the character after), so the ids are encode()'s.
+  const auto next_cut = [&](size_t at) {
+    while (at < text.size() && !is_space_between_ascii(text, at)) ++at;
+    return at;
   };
-  const size_t busy = std::min(workers, chunks);
-  if (!progress || busy == 1) {
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < busy; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-  } else {
-    // Every worker on its own thread; this one only reports, woken by the last worker to
-    // finish (a sleeping reporter must not keep a core from the work, nor the caller waiting).
-    std::mutex finished_mutex;
-    std::condition_variable all_finished;
-    size_t finished = 0;
-    std::vector<std::thread> pool;
-    for (size_t t = 0; t < busy; ++t) {
-      pool.emplace_back([&] {
-        work();
-        std::lock_guard<std::mutex> lock(finished_mutex);
-        if (++finished == busy) all_finished.notify_one();
-      });
-    }
-    std::unique_lock<std::mutex> lock(finished_mutex);
-    while (!all_finished.wait_for(lock, std::chrono::milliseconds(100),
-                                  [&] { return finished == busy; })) {
-      progress(done.load());
-    }
-    lock.unlock();
-    for (std::thread& t : pool) t.join();
-  }
-  if (failure) std::rethrow_exception(failure);
-  if (progress) progress(static_cast<int64_t>(text.size()));
-  size_t total = 0;
-  for (const auto& r : results) total += r.size();
-  std::vector<int32_t> out;
-  out.reserve(total);
-  for (const auto& r : results) out.insert(out.end(), r.begin(), r.end());
-  return out;
+  return encode_in_parallel(
+      text, threads, next_cut,
+      [&](size_t begin, size_t end, std::vector<int32_t>& out) {
+        impl_->encode_valid(text.substr(begin, end - begin), out);
+      },
+      progress);
 }
 
 }  // namespace zero

@@ -1,12 +1,14 @@
-// GPT2Decoder (include/zero/tokenizer.h).
+// GPT2Decoder (include/zero/tokenizer.h) and the byte-level alphabet (src/data/byte_level.h).
 #include "zero/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstring>
-#include <unordered_map>
 
 #include "common/bounded_input.h"
+#include "data/byte_level.h"
+#include "data/utf8.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -25,35 +27,6 @@ std::vector<uint32_t> build_byte_to_unicode() {
   return table;
 }
 
-// Decodes one UTF-8 code point at s[i], advancing i; false on a malformed sequence.
-bool next_code_point(const std::string& s, size_t& i, uint32_t& cp) {
-  const auto c0 = static_cast<unsigned char>(s[i]);
-  int extra;
-  if (c0 < 0x80) {
-    cp = c0;
-    extra = 0;
-  } else if ((c0 & 0xE0) == 0xC0) {
-    cp = c0 & 0x1F;
-    extra = 1;
-  } else if ((c0 & 0xF0) == 0xE0) {
-    cp = c0 & 0x0F;
-    extra = 2;
-  } else if ((c0 & 0xF8) == 0xF0) {
-    cp = c0 & 0x07;
-    extra = 3;
-  } else {
-    return false;
-  }
-  if (i + extra >= s.size()) return false;  // truncated sequence
-  for (int k = 1; k <= extra; ++k) {
-    const auto c = static_cast<unsigned char>(s[i + k]);
-    if ((c & 0xC0) != 0x80) return false;
-    cp = (cp << 6) | (c & 0x3F);
-  }
-  i += 1 + extra;
-  return true;
-}
-
 std::string escaped(const std::string& s) {
   // The JSON dump of a string, quoted: shows control characters readably in messages.
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -66,16 +39,53 @@ const std::vector<uint32_t>& gpt2_byte_to_unicode() {
   return table;
 }
 
+namespace byte_level {
+namespace {
+
+// The alphabet's code points are all below U+0144 (the 188 printable bytes stand for
+// themselves, the other 68 for U+0100..U+0143).
+constexpr uint32_t kAlphabetEnd = 0x144;
+
+std::array<int16_t, kAlphabetEnd> build_byte_of() {
+  std::array<int16_t, kAlphabetEnd> table;
+  table.fill(-1);
+  const auto& unicode = gpt2_byte_to_unicode();
+  for (int b = 0; b < 256; ++b) table[unicode[b]] = static_cast<int16_t>(b);
+  return table;
+}
+
+}  // namespace
+
+int byte_of(uint32_t cp) {
+  static const std::array<int16_t, kAlphabetEnd> table = build_byte_of();
+  return cp < kAlphabetEnd ? table[cp] : -1;
+}
+
+bool to_bytes(std::string_view symbols, std::string* bytes, uint32_t* outside) {
+  bytes->clear();
+  size_t at = 0;
+  while (at < symbols.size()) {
+    const size_t length = utf8::sequence_length(symbols, at);
+    const uint32_t cp = length > 0 ? utf8::code_point(symbols, at, length) : kNotUtf8;
+    const int byte = byte_of(cp);
+    if (byte < 0) {
+      if (outside != nullptr) *outside = cp;
+      return false;
+    }
+    bytes->push_back(static_cast<char>(byte));
+    at += length;
+  }
+  return true;
+}
+
+}  // namespace byte_level
+
 GPT2Decoder GPT2Decoder::load(const std::string& path) {
   const nlohmann::json json = parse_bounded_json(
       read_regular_file(path, "GPT-2 encoder", kMaxEncoderBytes), "GPT-2 encoder '" + path + "'");
   ZERO_CHECK(json.is_object(), "GPT-2 encoder '", path,
              "': expected a JSON object mapping token strings to ids, found a JSON ",
              json.type_name());
-
-  std::unordered_map<uint32_t, char> unicode_to_byte;
-  const auto& table = gpt2_byte_to_unicode();
-  for (int b = 0; b < 256; ++b) unicode_to_byte[table[b]] = static_cast<char>(b);
 
   const auto n = static_cast<int64_t>(json.size());
   GPT2Decoder decoder;
@@ -93,16 +103,13 @@ GPT2Decoder GPT2Decoder::load(const std::string& path) {
                " is used twice (token ", escaped(token), " and token ",
                escaped(decoder.bytes_[static_cast<size_t>(id)]), ")");
     std::string bytes;
-    size_t i = 0;
-    while (i < token.size()) {
-      uint32_t cp = 0;
-      ZERO_CHECK(next_code_point(token, i, cp), "GPT-2 encoder '", path, "': token with id ",
+    uint32_t outside = 0;
+    if (!byte_level::to_bytes(token, &bytes, &outside)) {
+      ZERO_CHECK(outside != byte_level::kNotUtf8, "GPT-2 encoder '", path, "': token with id ",
                  id, " is not valid UTF-8");
-      const auto it = unicode_to_byte.find(cp);
-      ZERO_CHECK(it != unicode_to_byte.end(), "GPT-2 encoder '", path, "': token ",
-                 escaped(token), " (id ", id, ") contains U+", std::hex, std::uppercase, cp,
-                 std::dec, ", which is not in GPT-2's byte-to-unicode table");
-      bytes.push_back(it->second);
+      ZERO_CHECK(false, "GPT-2 encoder '", path, "': token ", escaped(token), " (id ", id,
+                 ") contains U+", std::hex, std::uppercase, outside, std::dec,
+                 ", which is not in GPT-2's byte-to-unicode table");
     }
     seen[static_cast<size_t>(id)] = true;
     decoder.bytes_[static_cast<size_t>(id)] = std::move(bytes);

@@ -1,5 +1,7 @@
 #include "data/utf8.h"
 
+#include "zero/error.h"
+
 namespace zero::utf8 {
 namespace {
 
@@ -60,6 +62,11 @@ int64_t first_invalid(std::string_view text) {
     at += length;
   }
   return -1;
+}
+
+void check_valid(std::string_view text, const std::string& what) {
+  const int64_t bad = first_invalid(text);
+  ZERO_CHECK(bad < 0, what, " is not valid UTF-8 at byte offset ", bad);
 }
 
 std::string replace_invalid(std::string_view text) {
