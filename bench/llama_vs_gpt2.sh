@@ -53,6 +53,7 @@ for name in names:
         with open(f"{work}/{name}-{r}/metrics.csv") as f:
             steps = [float(row["tokens_per_second"]) for row in csv.DictReader(f)][2:]
         rates.append(statistics.median(steps))
+    print(f"{name}: rounds' median tokens/s {', '.join(f'{r:.0f}' for r in rates)}")
     tokens = statistics.median(rates)
     flops = flops_per_token(name, seq)
     rows.append((name, tokens, flops, tokens * flops / 1e9))
