@@ -234,6 +234,9 @@ Inputs prepare_inputs(Options& o, Communicator& comm) {
     // What the engine would refuse on these ranks, refused here (and by --plan) too.
     check_config_for_ranks(in.config, comm);
   });
+  // Without --model, the run's model is --init's: named so (in the log, the plan, and the
+  // checkpoint's client state, which a resume compares with this name).
+  if (!o.init.empty() && !o.model_given) o.model = in.model->display_name() + " from " + o.init;
   run_and_agree(comm, "preparing the batches", [&] {
     const Config& config = in.config;
     const int64_t mbs = config.train_micro_batch_size_per_gpu;
