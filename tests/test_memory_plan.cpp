@@ -84,8 +84,8 @@ TEST(MemoryPlan, PlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
 }
 
 // The Llama family's plan (Note [Llama activation memory]): llama-tiny (tied, grouped-query
-// attention) and an untied variant with every bias, at every stage, with and without
-// checkpointing, and computing in bf16.
+// attention) at every stage, with and without checkpointing, an untied variant with every bias
+// at stages 0 and 3, and computing in bf16.
 TEST(MemoryPlan, LlamaPlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
   track_host_memory();
   auto comm = world();
@@ -93,8 +93,11 @@ TEST(MemoryPlan, LlamaPlannedPeakIsWithinTenPercentOfTheMeasuredOne) {
   untied.tie_word_embeddings = false;
   untied.qkv_bias = untied.o_bias = untied.mlp_bias = true;
   for (const llama::LlamaConfig& base : {llama::LlamaConfig::preset("llama-tiny"), untied}) {
+    const bool tied = base.tie_word_embeddings;
     for (int stage : {0, 1, 2, 3}) {
       for (bool checkpointing : {false, true}) {
+        // The untied variant at the stages that differ most (within the suite's time).
+        if (!tied && (checkpointing || stage == 1 || stage == 2)) continue;
         SCOPED_TRACE(base.describe() + " at stage " + std::to_string(stage) +
                      (checkpointing ? ", checkpointing" : ""));
         llama::LlamaConfig preset = base;
