@@ -88,7 +88,7 @@ void load_inputs(const Options& o, Inputs& in, int world, int64_t memory_per_ran
              " is not supported by zero-train, which partitions a stage-3 model while it is "
              "built (before the model-wide cap can be applied); allowed: the default (no cap); "
              "stage3_param_persistence_threshold caps single parameters");
-  // Activation checkpointing of the GPT-2 blocks: with --activation-checkpointing all of them
+  // Activation checkpointing of the model's blocks: with --activation-checkpointing all of them
   // (or number_checkpoints), or the config's number_checkpoints first ones. A section that only
   // spells out DeepSpeed's defaults (number_checkpoints null) changes nothing, as in DeepSpeed,
   // where the model decides what it checkpoints.
