@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -235,8 +236,13 @@ Inputs prepare_inputs(Options& o, Communicator& comm) {
     check_config_for_ranks(in.config, comm);
   });
   // Without --model, the run's model is --init's: named so (in the log, the plan, and the
-  // checkpoint's client state, which a resume compares with this name).
-  if (!o.init.empty() && !o.model_given) o.model = in.model->display_name() + " from " + o.init;
+  // checkpoint's client state, which a resume compares with this name: the path normalised,
+  // so "DIR/" and "DIR" resume each other).
+  if (!o.init.empty() && !o.model_given) {
+    std::filesystem::path init = std::filesystem::path(o.init).lexically_normal();
+    if (init.filename().empty()) init = init.parent_path();
+    o.model = in.model->display_name() + " from " + init.string();
+  }
   run_and_agree(comm, "preparing the batches", [&] {
     const Config& config = in.config;
     const int64_t mbs = config.train_micro_batch_size_per_gpu;

@@ -239,10 +239,9 @@ void summarise(const Options& o, const Inputs& in, const Planned& planned, Train
     // model: libraries, libtorch's and MPI's own) and the peak of what zero's host
     // allocator held (tensors, communication buffers, offload staging).
     char against[96];
-    const double planned = figure(r, 10);
+    const double planned_bytes = figure(r, 10);
     std::snprintf(against, sizeof(against), "planned %s: %+.1f %%",
-                  human_bytes(planned).c_str(),
-                  (figure(r, 1) / planned - 1) * 100);
+                  human_bytes(planned_bytes).c_str(), (figure(r, 1) / planned_bytes - 1) * 100);
     rows.push_back({"peak RSS, rank " + std::to_string(r),
                     human_bytes(figure(r, 1)),
                     std::string(cuda ? "host memory " : "") + against});
