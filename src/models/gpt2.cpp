@@ -565,27 +565,12 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarTy
   if (dropout > 0.0) block += 2 * CNe + 3 * micro_batch * n_head * seq * seq * e;
   const int64_t ids = 2 * N * 8;
   const int64_t ln_f = CNe + 2 * N * 4;
-  const int64_t head_saved = V * C * e + CNe;
-  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t{1} << 24) / V));
-  // The head's loop (lm_head_loss.cpp): the fp32 accumulator and a block of logits; in 16 bits
-  // also the block's fp32 log-softmax, its compute-dtype copy, that copy transposed for the
-  // weight gradient's GEMM, and the GEMM's V x C result before it is added in fp32.
-  // Widened, the loop is fp32's on fp32 copies of the hidden states and the weight, and its
-  // fp32 gradients are rounded to 16 bits at the end.
-  const int64_t head_forward =
-      widened ? 9 * C * N + V * C * (8 + e) + rows * V * 4
-              : CNe + V * C * 4 + (e == 4 ? rows * V * 4 : rows * V * (3 * e + 4) + V * C * e);
+  const LmHeadBytes head = lm_head_cross_entropy_bytes(N, C, V, e, widened);
   const int64_t block_gradients = 8 * CNe;
   auto activations = [&](int64_t checkpointed) {
-    const int64_t kept = (n_layer - checkpointed) * block + checkpointed * CNe + ids + ln_f;
-    ActivationBytes a;
-    a.forward_peak = kept + head_forward;
-    a.backward_peak = std::max(kept + head_saved + block_gradients, 2 * V * C * e + 2 * CNe);
-    if (checkpointed > 0) {
-      a.backward_peak = std::max(a.backward_peak, V * C * e + checkpointed * CNe + block +
-                                                      block_gradients);
-    }
-    return a;
+    return models::causal_lm_activations(n_layer, checkpointed, block, CNe, ids + ln_f,
+                                         head.forward_peak, head.saved, block_gradients,
+                                         V * C * e, /*tied=*/true);
   };
   model.activations = activations(0);
   model.checkpointed = activations(checkpointed_blocks > 0 ? checkpointed_blocks : n_layer);

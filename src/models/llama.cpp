@@ -565,24 +565,12 @@ PlanModel LlamaConfig::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarT
   const int64_t HNe = H * N * e;
   const int64_t ids = 2 * N * 8;
   const int64_t final_norm = 2 * HNe + N * norm_fp32_bytes;
-  const int64_t head_saved = V * H * e + HNe;
-  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t{1} << 24) / V));
-  const int64_t head_forward =
-      widened ? 9 * H * N + V * H * (8 + e) + rows * V * 4
-              : HNe + V * H * 4 + (e == 4 ? rows * V * 4 : rows * V * (3 * e + 4) + V * H * e);
+  const gpt2::LmHeadBytes head = gpt2::lm_head_cross_entropy_bytes(N, H, V, e, widened);
   const int64_t layer_gradients = N * e * (4 * H + 2 * I);
   auto activations = [&](int64_t checkpointed) {
-    const int64_t kept =
-        (num_hidden_layers - checkpointed) * layer + checkpointed * HNe + ids + final_norm;
-    ActivationBytes a;
-    a.forward_peak = kept + head_forward;
-    a.backward_peak =
-        std::max(kept + head_saved + layer_gradients, (tie_word_embeddings ? 2 : 1) * V * H * e + 2 * HNe);
-    if (checkpointed > 0) {
-      a.backward_peak = std::max(a.backward_peak, V * H * e + checkpointed * HNe + layer +
-                                                      layer_gradients);
-    }
-    return a;
+    return models::causal_lm_activations(num_hidden_layers, checkpointed, layer, HNe,
+                                         ids + final_norm, head.forward_peak, head.saved,
+                                         layer_gradients, V * H * e, tie_word_embeddings);
   };
   model.activations = activations(0);
   model.checkpointed = activations(checkpointed_blocks > 0 ? checkpointed_blocks : num_hidden_layers);

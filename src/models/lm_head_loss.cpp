@@ -146,4 +146,22 @@ at::Tensor lm_head_cross_entropy(const at::Tensor& hidden, const at::Tensor& wei
   return LmHeadCrossEntropy::apply(hidden.contiguous(), weight, targets.contiguous(), block_rows);
 }
 
+LmHeadBytes lm_head_cross_entropy_bytes(int64_t rows, int64_t width, int64_t vocab,
+                                        int64_t element_bytes, bool widened) {
+  const int64_t N = rows, C = width, V = vocab, e = element_bytes;
+  const int64_t CNe = C * N * e;
+  const int64_t block = std::max<int64_t>(1, std::min<int64_t>(N, kBlockElements / V));
+  // The loop: the fp32 accumulator and a block of logits; in 16 bits also the block's fp32
+  // log-softmax, its compute-dtype copy, that copy transposed for the weight gradient's GEMM,
+  // and the GEMM's V x C result before it is added in fp32. Widened, the loop is fp32's on fp32
+  // copies of the hidden states and the weight, and its fp32 gradients are rounded to 16 bits
+  // at the end. Kept: the gradients of the hidden states and the weight.
+  LmHeadBytes bytes;
+  bytes.forward_peak =
+      widened ? 9 * C * N + V * C * (8 + e) + block * V * 4
+              : CNe + V * C * 4 + (e == 4 ? block * V * 4 : block * V * (3 * e + 4) + V * C * e);
+  bytes.saved = V * C * e + CNe;
+  return bytes;
+}
+
 }  // namespace zero::gpt2

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -149,6 +150,23 @@ void prepare_cache(KVCache& cache, int64_t layers, int64_t new_positions, int64_
   ZERO_CHECK(static_cast<int64_t>(cache.keys.size()) == layers, what,
              " forward_cached: the cache holds ", cache.keys.size(), " blocks, the model has ",
              layers);
+}
+
+ActivationBytes causal_lm_activations(int64_t layers, int64_t checkpointed, int64_t block,
+                                      int64_t block_input, int64_t other, int64_t head_forward,
+                                      int64_t head_saved, int64_t block_gradients,
+                                      int64_t head_gradient, bool tied) {
+  const int64_t kept = (layers - checkpointed) * block + checkpointed * block_input + other;
+  ActivationBytes a;
+  a.forward_peak = kept + head_forward;
+  a.backward_peak = std::max(kept + head_saved + block_gradients,
+                             (tied ? 2 : 1) * head_gradient + 2 * block_input);
+  if (checkpointed > 0) {
+    // A recomputed block on top of the held head gradient and the checkpointed inputs.
+    a.backward_peak = std::max(a.backward_peak, head_gradient + checkpointed * block_input +
+                                                    block + block_gradients);
+  }
+  return a;
 }
 
 }  // namespace zero::models

@@ -65,4 +65,16 @@ ZERO_INTERNAL_API at::Tensor run_block(const std::shared_ptr<torch::nn::Module>&
 ZERO_INTERNAL_API void prepare_cache(KVCache& cache, int64_t layers, int64_t new_positions,
                                      int64_t context, const char* what, const char* context_key);
 
+/// A causal LM's activations without and with `checkpointed` blocks checkpointed, the shape
+/// both families' memory notes derive (Note [GPT-2 activation memory]): `layers` blocks each
+/// keeping `block` bytes (a checkpointed one only its input, `block_input`), `other` bytes kept
+/// beside them (ids, the final norm), the fused head's `head_forward` peak and `head_saved`
+/// bytes, `block_gradients` at the start of backward, and the head weight's gradient
+/// (`head_gradient`) held until the end, where a tied one meets the embedding's own.
+ZERO_INTERNAL_API ActivationBytes causal_lm_activations(int64_t layers, int64_t checkpointed,
+                                                       int64_t block, int64_t block_input,
+                                                       int64_t other, int64_t head_forward,
+                                                       int64_t head_saved, int64_t block_gradients,
+                                                       int64_t head_gradient, bool tied);
+
 }  // namespace zero::models
