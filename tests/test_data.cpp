@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,18 +51,23 @@ void put_le32(std::string& out, int32_t v) {
   for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>((u >> (8 * k)) & 0xFF));
 }
 
-// Bytes of an llm.c token file; header fields and the number of ids written may disagree.
-std::string token_bytes(const std::vector<uint16_t>& ids, int32_t magic = kTokenFileMagic,
-                        int32_t version = kTokenFileVersion, int64_t header_count = -1) {
+// Bytes of an llm.c token file; header fields and the number of ids written may disagree. Written
+// here byte by byte, not by the library's writer, so that a reader and writer sharing a mistake
+// still fail.
+std::string token_bytes(const std::vector<uint32_t>& ids,
+                        const TokenFileFormat& format = kTokenFileUint16,
+                        std::optional<int32_t> magic = {}, std::optional<int32_t> version = {},
+                        int64_t header_count = -1) {
   std::string out;
-  put_le32(out, magic);
-  put_le32(out, version);
+  put_le32(out, magic.value_or(format.magic));
+  put_le32(out, version.value_or(format.version));
   put_le32(out, static_cast<int32_t>(header_count >= 0 ? header_count
                                                        : static_cast<int64_t>(ids.size())));
   for (int k = 3; k < 256; ++k) put_le32(out, 0);
-  for (const uint16_t id : ids) {
-    out.push_back(static_cast<char>(id & 0xFF));
-    out.push_back(static_cast<char>(id >> 8));
+  for (const uint32_t id : ids) {
+    for (int k = 0; k < format.bytes_per_token; ++k) {
+      out.push_back(static_cast<char>((id >> (8 * k)) & 0xFF));
+    }
   }
   return out;
 }
@@ -72,9 +78,9 @@ void write_file(const std::string& path, const std::string& bytes) {
   ASSERT_TRUE(out.good()) << path;
 }
 
-std::vector<uint16_t> iota_ids(int64_t n) {
-  std::vector<uint16_t> ids(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<uint16_t>(i % 50000);
+std::vector<uint32_t> iota_ids(int64_t n) {
+  std::vector<uint32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<uint32_t>(i % 50000);
   return ids;
 }
 
@@ -102,10 +108,10 @@ TEST(TokenFile, LoadsShippedMobyDick) {
   const TokenFile val = TokenFile::load(kMobyVal, kVocab);
   EXPECT_EQ(val.size(), 15887);
   EXPECT_EQ(val.path(), kMobyVal);
-  EXPECT_EQ(val.data()[0], 13865);  // "azed" (val starts mid-word: the last 5 % of the corpus)
+  EXPECT_EQ(val.token(0), 13865);  // "azed" (val starts mid-word: the last 5 % of the corpus)
   const TokenFile train = TokenFile::load(kMobyTrain, kVocab);
   EXPECT_EQ(train.size(), 301870);
-  EXPECT_EQ(train.data()[0], 50256);  // <|endoftext|> precedes the document
+  EXPECT_EQ(train.token(0), 50256);  // <|endoftext|> precedes the document
 }
 
 TEST(TokenFile, LoadsShippedAusten) {
@@ -116,7 +122,7 @@ TEST(TokenFile, LoadsShippedAusten) {
 TEST(TokenFile, CopiesShareTokens) {
   const TokenFile a = TokenFile::load(kMobyVal, kVocab);
   const TokenFile b = a;  // NOLINT(performance-unnecessary-copy-initialization)
-  EXPECT_EQ(a.data(), b.data());
+  EXPECT_EQ(a.storage(), b.storage());
 }
 
 TEST(TokenFile, RoundTripsSmallFile) {
@@ -125,8 +131,8 @@ TEST(TokenFile, RoundTripsSmallFile) {
   write_file(path, token_bytes({0, 1, 258, 50256, 65535}));
   const TokenFile f = TokenFile::load(path, 65536);
   ASSERT_EQ(f.size(), 5);
-  EXPECT_EQ(f.data()[2], 258);  // little-endian: low byte first
-  EXPECT_EQ(f.data()[4], 65535);
+  EXPECT_EQ(f.token(2), 258);  // little-endian: low byte first
+  EXPECT_EQ(f.token(4), 65535);
   // An empty file body is valid.
   write_file(path, token_bytes({}));
   EXPECT_EQ(TokenFile::load(path, kVocab).size(), 0);
@@ -153,27 +159,36 @@ TEST(TokenFile, ShorterThanHeader) {
 TEST(TokenFile, WrongMagic) {
   TempDir dir;
   const std::string path = dir.file("magic.bin");
-  write_file(path, token_bytes({1, 2, 3}, 12345));
+  write_file(path, token_bytes({1, 2, 3}, kTokenFileUint16, 12345));
   const std::string msg = error_of([&] { TokenFile::load(path, kVocab); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("bad magic number: expected 20240520, found 12345"), std::string::npos)
+  EXPECT_NE(msg.find("bad magic number: expected 20240520 (uint16 ids) or 20240801 (uint32 ids), "
+                     "found 12345"),
+            std::string::npos)
       << msg;
 }
 
 TEST(TokenFile, UnsupportedVersion) {
   TempDir dir;
   const std::string path = dir.file("version.bin");
-  write_file(path, token_bytes({1, 2, 3}, kTokenFileMagic, 2));
+  write_file(path, token_bytes({1, 2, 3}, kTokenFileUint16, {}, 2));
   const std::string msg = error_of([&] { TokenFile::load(path, kVocab); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("unsupported version 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unsupported version 2 (magic 20240520 has version 1, uint16 ids)"),
+            std::string::npos)
+      << msg;
+  // Each magic has its own version: GPT-2's version with the uint32 magic is refused.
+  write_file(path, token_bytes({1, 2, 3}, kTokenFileUint32, {}, 1));
+  EXPECT_NE(error_of([&] { TokenFile::load(path, kVocab); })
+                .find("unsupported version 1 (magic 20240801 has version 7, uint32 ids)"),
+            std::string::npos);
 }
 
 TEST(TokenFile, CountDisagreesWithSize) {
   TempDir dir;
   const std::string path = dir.file("size.bin");
   // The header claims 10 tokens but only 3 follow: 1024 + 20 expected, 1024 + 6 found.
-  write_file(path, token_bytes({1, 2, 3}, kTokenFileMagic, kTokenFileVersion, 10));
+  write_file(path, token_bytes({1, 2, 3}, kTokenFileUint16, {}, {}, 10));
   std::string msg = error_of([&] { TokenFile::load(path, kVocab); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("header says 10 tokens"), std::string::npos) << msg;
@@ -199,6 +214,71 @@ TEST(TokenFile, IdOutOfVocab) {
             std::string::npos);
 }
 
+// llm.c's Llama 3 format: uint32 ids, for vocabularies of more than 65536 (Llama 3's 128256,
+// Qwen2's 151936).
+TEST(TokenFile, ReadsUint32Files) {
+  TempDir dir;
+  const std::string path = dir.file("wide.bin");
+  const std::vector<uint32_t> ids = {0, 65535, 65536, 128000, 151935, 258};
+  write_file(path, token_bytes(ids, kTokenFileUint32));
+  const TokenFile f = TokenFile::load(path, 151936);
+  ASSERT_EQ(f.size(), 6);
+  EXPECT_EQ(f.bytes_per_token(), 4);
+  EXPECT_EQ(f.format().magic, 20240801);
+  EXPECT_EQ(f.tokens(0, 6), std::vector<int64_t>(ids.begin(), ids.end()));
+  EXPECT_EQ(f.token(3), 128000);  // little-endian: low byte first
+  // The vocabulary bounds the ids as in the uint16 format.
+  const std::string msg = error_of([&] { TokenFile::load(path, 128256); });
+  EXPECT_NE(msg.find("token id 151935 at position 4 is out of range for vocab size 128256"),
+            std::string::npos)
+      << msg;
+  // 4 bytes per token: a count the size does not hold is named with that width.
+  write_file(path, token_bytes({1, 2, 3}, kTokenFileUint32, {}, {}, 4));
+  EXPECT_NE(error_of([&] { TokenFile::load(path, kVocab); })
+                .find("should be 1040 bytes (1024 header + 4 per token), but it is 1036 bytes"),
+            std::string::npos);
+}
+
+TEST(TokenFile, WriterPicksTheNarrowestFormat) {
+  EXPECT_EQ(token_file_format_for(50257).magic, kTokenFileUint16.magic);
+  EXPECT_EQ(token_file_format_for(65536).bytes_per_token, 2);  // ids 0..65535
+  EXPECT_EQ(token_file_format_for(65537).bytes_per_token, 4);
+  EXPECT_EQ(token_file_format_for(128256).magic, kTokenFileUint32.magic);
+  EXPECT_NE(error_of([&] { token_file_format_for(0); }).find("vocab_size must be >= 1"),
+            std::string::npos);
+  // The library's writer gives the bytes written by hand above, in both formats.
+  const std::vector<uint32_t> narrow = {0, 1, 258, 50256, 65535};
+  const std::vector<uint32_t> wide = {0, 65536, 128255, 7};
+  EXPECT_EQ(token_file_bytes(narrow.data(), 5, kTokenFileUint16), token_bytes(narrow));
+  EXPECT_EQ(token_file_bytes(wide.data(), 4, kTokenFileUint32),
+            token_bytes(wide, kTokenFileUint32));
+  // An id that the uint16 format cannot hold is refused, not truncated.
+  const std::string msg = error_of([&] { token_file_bytes(wide.data(), 4, kTokenFileUint16); });
+  EXPECT_NE(msg.find("token id 65536 at position 1 does not fit a uint16 token file"),
+            std::string::npos)
+      << msg;
+}
+
+// A sampler reads the same windows from either width.
+TEST(TokenFile, SamplersReadBothWidthsAlike) {
+  TempDir dir;
+  const std::vector<uint32_t> ids = iota_ids(2000);
+  write_file(dir.file("narrow.bin"), token_bytes(ids));
+  write_file(dir.file("wide.bin"), token_bytes(ids, kTokenFileUint32));
+  const TokenFile narrow = TokenFile::load(dir.file("narrow.bin"), kVocab);
+  const TokenFile wide = TokenFile::load(dir.file("wide.bin"), kVocab);
+  const DistributedSampler a(narrow, 4, 32, 1, 2, 2, 7);
+  const DistributedSampler b(wide, 4, 32, 1, 2, 2, 7);
+  for (int64_t step = 0; step < 3; ++step) {
+    const auto [xa, ya] = a.batch(step, 1);
+    const auto [xb, yb] = b.batch(step, 1);
+    EXPECT_TRUE(at::equal(xa, xb) && at::equal(ya, yb)) << "step " << step;
+  }
+  const EvalBatcher ea(narrow, 2, 16, 0, 1);
+  const EvalBatcher eb(wide, 2, 16, 0, 1);
+  EXPECT_TRUE(at::equal(ea.batch(3).first, eb.batch(3).first));
+}
+
 // --------------------------------------------------------------------------------------------
 // DistributedSampler
 
@@ -216,8 +296,8 @@ TEST(DistributedSampler, ShapesAndShiftByOne) {
     const int64_t s0 = starts[static_cast<size_t>(b)];
     EXPECT_EQ(s0 % 16, 0);
     for (int64_t t = 0; t < 16; ++t) {
-      EXPECT_EQ(x[b][t].item<int64_t>(), val.data()[s0 + t]);
-      EXPECT_EQ(y[b][t].item<int64_t>(), val.data()[s0 + t + 1]);
+      EXPECT_EQ(x[b][t].item<int64_t>(), val.token(s0 + t));
+      EXPECT_EQ(y[b][t].item<int64_t>(), val.token(s0 + t + 1));
     }
   }
   EXPECT_EQ(s.samples_per_epoch(), (15887 - 1) / 16);
@@ -415,11 +495,11 @@ TEST(GPT2Decoder, KnownTokens) {
 TEST(GPT2Decoder, DecodesShippedTokens) {
   const GPT2Decoder d = GPT2Decoder::load(kEncoder);
   const TokenFile train = TokenFile::load(kMobyTrain, kVocab);
-  EXPECT_EQ(d.decode(train.data(), 30),
+  EXPECT_EQ(d.decode(train.tokens(0, 30)),
             "<|endoftext|>CHAPTER 1. Loomings.\n\nCall me Ishmael. Some years ago\xE2\x80\x94"
             "never mind how long precisely\xE2\x80\x94having\nlittle or");
   const TokenFile val = TokenFile::load(kMobyVal, kVocab);
-  const std::string text = d.decode(val.data(), 30);
+  const std::string text = d.decode(val.tokens(0, 30));
   EXPECT_EQ(text,
             "azed beyond the whale\xE2\x80\x99s place, towards the dim blue spaces and wide\n"
             "wooing vacancies to leeward. It was only an");

@@ -56,7 +56,9 @@ std::string corpus(const std::string& name) {
 
 std::vector<int32_t> token_ids(const std::string& path) {
   const TokenFile file = TokenFile::load(path, 50257);
-  return std::vector<int32_t>(file.data(), file.data() + file.size());
+  EXPECT_EQ(file.bytes_per_token(), 2) << path << ": GPT-2's ids are written as uint16";
+  const std::vector<int64_t> ids = file.tokens(0, file.size());
+  return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
 TEST(GPT2Encoder, GoldenCasesOfTestPlans) {

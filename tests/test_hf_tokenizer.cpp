@@ -229,7 +229,8 @@ std::vector<int32_t> token_files(const std::string& prefix, int64_t vocab_size) 
   std::vector<int32_t> ids;
   for (const char* part : {"_train.bin", "_val.bin"}) {
     const TokenFile file = TokenFile::load(prefix + part, vocab_size);
-    ids.insert(ids.end(), file.data(), file.data() + file.size());
+    const std::vector<int64_t> part_ids = file.tokens(0, file.size());
+    ids.insert(ids.end(), part_ids.begin(), part_ids.end());
   }
   return ids;
 }

@@ -8,8 +8,9 @@
 //
 // INPUT: text files, or directories (their *.txt files, recursively, in name order). Each file
 // is one document, preceded by <|endoftext|> (50256), or with --tokenizer by the tokenizer's
-// eos token (tokenizer_config.json's eos_token; nothing without one); token files hold uint16
-// ids, so a tokenizer of more than 65536 ids is refused. With --val-fraction F > 0, --out is a
+// eos token (tokenizer_config.json's eos_token; nothing without one). Token files hold uint16
+// ids (GPT-2's llm.c format), or uint32 ids (llm.c's Llama 3 format) for a tokenizer of more
+// than 65536 ids (Llama 3's, Qwen2's). With --val-fraction F > 0, --out is a
 // prefix: the last F of the tokens go to PREFIX_val.bin and the rest to PREFIX_train.bin (what
 // zero-train --data PREFIX reads). A bad input (missing, unreadable, empty, binary, not UTF-8)
 // is one message naming the file (and the byte offset), exit status 2, nothing written.
@@ -100,10 +101,10 @@ int main(int argc, char** argv) {
                   : zero::tokenize_text_files(files, *encoder, out, options);
     if (terminal) std::printf("\n");
     std::printf("zero-tokenize: %lld file(s), %.2f MB of text -> %lld tokens (%lld validation) "
-                "in %.3f s (%.1f MB/s on %d thread(s)):",
+                "of %d bits in %.3f s (%.1f MB/s on %d thread(s)):",
                 static_cast<long long>(result.documents), result.bytes / 1e6,
                 static_cast<long long>(result.tokens), static_cast<long long>(result.val_tokens),
-                result.seconds, result.bytes / 1e6 / std::max(result.seconds, 1e-9),
+                8 * result.bytes_per_token, result.seconds, result.bytes / 1e6 / std::max(result.seconds, 1e-9),
                 threads > 0 ? threads : cores);
     for (const std::string& file : result.files) std::printf(" %s", file.c_str());
     std::printf("\n");

@@ -36,33 +36,68 @@
 
 namespace zero {
 
-/// The magic number and version of an llm.c token file (header int32 [0] and [1]).
-inline constexpr int32_t kTokenFileMagic = 20240520;
-inline constexpr int32_t kTokenFileVersion = 1;
-/// Header size: 256 little-endian int32.
+/// An llm.c token file's format, from its header: int32 [0] is the magic number, [1] the version.
+/// llm.c defines two: GPT-2's uint16 ids, and the uint32 ids of its Llama 3 data
+/// (dev/data/data_common.py's "llama-3"), which vocabularies of more than 65536 ids need.
+struct TokenFileFormat {
+  int32_t magic;
+  int32_t version;
+  int32_t bytes_per_token;  // 2 or 4: each id a little-endian uint16 or uint32
+};
+inline constexpr TokenFileFormat kTokenFileUint16{20240520, 1, 2};
+inline constexpr TokenFileFormat kTokenFileUint32{20240801, 7, 4};
+/// Header size: 256 little-endian int32 ([2] is the number of tokens, the rest 0).
 inline constexpr int64_t kTokenFileHeaderBytes = 256 * 4;
 
-/// An llm.c token file held in memory: a header of 256 little-endian int32 ([0] = 20240520
-/// magic, [1] = 1 version, [2] = number of tokens) followed by that many little-endian uint16
-/// token ids. Copies share the (immutable) tokens.
+/// The format that holds every id below `vocab_size` (>= 1) in the fewest bytes: uint16 up to
+/// 65536 ids (the files GPT-2's data and llm.c's GPT-2 trainer use), uint32 above.
+ZERO_API TokenFileFormat token_file_format_for(int64_t vocab_size);
+
+/// A token file's bytes: the header of `format`, then `count` ids, each < 2^(8 *
+/// bytes_per_token). Throws zero::Error when an id does not fit the format or the count does not
+/// fit the header's int32.
+ZERO_API std::string token_file_bytes(const uint32_t* ids, int64_t count,
+                                      const TokenFileFormat& format);
+
+/// An llm.c token file held in memory, in either format (TokenFileFormat): a header of 256
+/// little-endian int32 ([0] magic, [1] version, [2] number of tokens) followed by that many
+/// little-endian ids of the format's width, held at that width. Copies share the (immutable)
+/// tokens.
 class ZERO_API TokenFile {
  public:
   /// Reads and validates `path`. Throws zero::Error naming the file if it is missing or
-  /// unreadable, shorter than the header, has the wrong magic or version, a token count that
-  /// disagrees with its size, or a token id >= vocab_size (vocab_size >= 1; values above
-  /// 65536 check nothing more than 65536).
+  /// unreadable, shorter than the header, has an unknown magic number or a version its magic
+  /// does not have, a token count that disagrees with its size, or a token id >= vocab_size
+  /// (vocab_size >= 1).
   static TokenFile load(const std::string& path, int64_t vocab_size);
 
-  int64_t size() const { return static_cast<int64_t>(tokens_->size()); }
-  const uint16_t* data() const { return tokens_->data(); }
+  int64_t size() const { return size_; }
+  /// Bytes per id in the file and in memory: 2 or 4.
+  int32_t bytes_per_token() const { return format_.bytes_per_token; }
+  const TokenFileFormat& format() const { return format_; }
+  /// Token `i`, in [0, size()) (checked by an internal assertion).
+  int64_t token(int64_t i) const;
+  /// Tokens [start, start + count) as int64, the range inside [0, size()) (asserted).
+  std::vector<int64_t> tokens(int64_t start, int64_t count) const;
+  /// Writes tokens [start, start + count) to `out` as int64 (the range asserted as above).
+  void copy_tokens(int64_t start, int64_t count, int64_t* out) const;
   const std::string& path() const { return path_; }
+  /// Where the ids lie (for tests that two copies share them).
+  const void* storage() const;
 
  private:
-  TokenFile(std::string path, std::shared_ptr<const std::vector<uint16_t>> tokens)
-      : path_(std::move(path)), tokens_(std::move(tokens)) {}
+  TokenFile(std::string path, TokenFileFormat format) : path_(std::move(path)), format_(format) {}
+  template <typename F>
+  decltype(auto) visit_ids(F&& f) const;
+  // The position of the first id >= limit, or -1.
+  int64_t first_at_or_above(int64_t limit) const;
 
   std::string path_;
-  std::shared_ptr<const std::vector<uint16_t>> tokens_;
+  TokenFileFormat format_;
+  int64_t size_ = 0;
+  // The ids at the file's width: one of the two is set.
+  std::shared_ptr<const std::vector<uint16_t>> ids16_;
+  std::shared_ptr<const std::vector<uint32_t>> ids32_;
 };
 
 /// Number of non-overlapping (T + 1)-token windows in `tokens` tokens: (tokens - 1) / T.

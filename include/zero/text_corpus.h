@@ -2,7 +2,8 @@
 // tokenizer (zero/hf_tokenizer.h): what zero-tokenize and zero-train --data FILE.txt do. Each
 // text file is one document, preceded by a separator token: <|endoftext|> (50256) with GPT-2's
 // encoder, as GPT-2's and llm.c's data are, the tokenizer's eos token with a Hugging Face one.
-// The token files are those zero::TokenFile reads (zero/data.h): uint16 ids.
+// The token files are those zero::TokenFile reads (zero/data.h): uint16 ids, or uint32 ids
+// (llm.c's Llama 3 format) for a tokenizer of more than 65536 ids (token_file_format_for).
 #pragma once
 
 #include "zero/export.h"
@@ -40,6 +41,7 @@ struct ZERO_API TokenizeResult {
   int64_t bytes = 0;   // of text
   int64_t tokens = 0;  // written, separators (<|endoftext|>) included
   int64_t val_tokens = 0;
+  int32_t bytes_per_token = 2;  // of the files written: 2 (uint16 ids) or 4 (uint32 ids)
   double seconds = 0;  // encoding only
 };
 
@@ -51,8 +53,8 @@ ZERO_API TokenizeResult tokenize_text_files(const std::vector<std::string>& file
                                             const GPT2Encoder& encoder, const std::string& out,
                                             const TokenizeOptions& options = {});
 /// The same with a Hugging Face tokenizer: each document preceded by the tokenizer's eos token
-/// (tokenizer_config.json's eos_token), or by nothing when it has none. Throws zero::Error
-/// naming the tokenizer when its vocab_size() exceeds 65536 (the files hold uint16 ids).
+/// (tokenizer_config.json's eos_token), or by nothing when it has none. A vocab_size() above
+/// 65536 writes uint32 ids.
 ZERO_API TokenizeResult tokenize_text_files(const std::vector<std::string>& files,
                                             const HfTokenizer& tokenizer, const std::string& out,
                                             const TokenizeOptions& options = {});

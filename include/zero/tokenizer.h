@@ -36,7 +36,6 @@ class ZERO_API GPT2Decoder {
 
   /// The concatenated bytes of `ids` (UTF-8 text for GPT-2 output). Same errors as token_bytes.
   std::string decode(const std::vector<int64_t>& ids) const;
-  std::string decode(const uint16_t* ids, int64_t count) const;
 
   const std::string& path() const { return path_; }
 

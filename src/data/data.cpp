@@ -2,7 +2,9 @@
 #include "zero/data.h"
 
 #include <ATen/ATen.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,25 +14,20 @@
 
 #include "zero/error.h"
 
+// Token ids are kept as the file holds them (little-endian) and read in place.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files are read on little-endian "
+              "hosts only");
+
 namespace zero {
 namespace {
 
-// Reads the whole file; throws zero::Error with strerror on failure.
-std::vector<unsigned char> read_all(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  ZERO_CHECK(f != nullptr, "token file '", path, "': cannot open: ", std::strerror(errno));
-  std::vector<unsigned char> bytes;
-  unsigned char chunk[1 << 16];
-  while (true) {
-    const size_t n = std::fread(chunk, 1, sizeof(chunk), f);
-    bytes.insert(bytes.end(), chunk, chunk + n);
-    if (n < sizeof(chunk)) break;
-  }
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  std::fclose(f);
-  ZERO_CHECK(!failed, "token file '", path, "': read error: ", std::strerror(err));
-  return bytes;
+// Reads `size` bytes of `path` or throws zero::Error (a short file, a read error).
+void read_exactly(std::FILE* file, void* out, size_t size, const std::string& path) {
+  const size_t got = std::fread(out, 1, size, file);
+  ZERO_CHECK(got == size, "token file '", path, "': ",
+             std::ferror(file) ? std::string("read error: ") + std::strerror(errno)
+                               : "the file ended early (it changed while being read?)",
+             " after ", got, " of ", size, " bytes");
 }
 
 int32_t le_int32(const unsigned char* p) {
@@ -83,15 +80,12 @@ std::pair<at::Tensor, at::Tensor> make_batch(const TokenFile& file,
   at::Tensor target = at::empty({rows, T}, at::kLong);
   int64_t* in = input.data_ptr<int64_t>();
   int64_t* tg = target.data_ptr<int64_t>();
-  const uint16_t* tokens = file.data();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t s = starts[static_cast<size_t>(r)];
     ZERO_INTERNAL_ASSERT(s >= 0 && s + T + 1 <= file.size(), "window start ", s, " T ", T,
                          " tokens ", file.size());
-    for (int64_t t = 0; t < T; ++t) {
-      in[r * T + t] = tokens[s + t];
-      tg[r * T + t] = tokens[s + t + 1];
-    }
+    file.copy_tokens(s, T, in + r * T);
+    file.copy_tokens(s + 1, T, tg + r * T);
   }
   return {input, target};
 }
@@ -114,38 +108,138 @@ void check_one_window(const char* who, const TokenFile& file, int64_t seq_len) {
 // ---------------------------------------------------------------------------------------------
 // TokenFile
 
+// f(ids) with the ids as an array of the file's width (const uint16_t* or const uint32_t*).
+template <typename F>
+decltype(auto) TokenFile::visit_ids(F&& f) const {
+  if (ids32_) return f(ids32_->data());
+  return f(ids16_->data());
+}
+
+namespace {
+// Reads `count` ids into a vector the TokenFile keeps: one copy of them in memory.
+template <typename Id>
+std::shared_ptr<const std::vector<Id>> read_ids(std::FILE* file, int64_t count,
+                                                const std::string& path) {
+  auto ids = std::make_shared<std::vector<Id>>(static_cast<size_t>(count));
+  read_exactly(file, ids->data(), sizeof(Id) * ids->size(), path);
+  return ids;
+}
+}  // namespace
+
+TokenFileFormat token_file_format_for(int64_t vocab_size) {
+  ZERO_CHECK(vocab_size >= 1, "token file format: vocab_size must be >= 1, got ", vocab_size);
+  return vocab_size <= 65536 ? kTokenFileUint16 : kTokenFileUint32;
+}
+
+std::string token_file_bytes(const uint32_t* ids, int64_t count, const TokenFileFormat& format) {
+  ZERO_INTERNAL_ASSERT(format.bytes_per_token == 2 || format.bytes_per_token == 4,
+                       "bytes per token ", format.bytes_per_token);
+  ZERO_CHECK(count >= 0 && count <= std::numeric_limits<int32_t>::max(), "a token file's ",
+             "header counts tokens in an int32: ", count, " tokens do not fit (split the input)");
+  const int width = format.bytes_per_token;
+  std::string bytes(static_cast<size_t>(kTokenFileHeaderBytes + width * count), '\0');
+  const int32_t header[3] = {format.magic, format.version, static_cast<int32_t>(count)};
+  std::memcpy(bytes.data(), header, sizeof(header));  // little-endian hosts only (static_assert)
+  char* out = bytes.data() + kTokenFileHeaderBytes;
+  if (width == 4) {
+    std::memcpy(out, ids, static_cast<size_t>(4 * count));
+    return bytes;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    ZERO_CHECK(ids[i] <= 0xFFFF, "token id ", ids[i], " at position ", i, " does not fit a ",
+               "uint16 token file (ids < 65536); write the uint32 format (magic ",
+               kTokenFileUint32.magic, ")");
+    const auto id = static_cast<uint16_t>(ids[i]);
+    std::memcpy(out + 2 * i, &id, 2);
+  }
+  return bytes;
+}
+
 TokenFile TokenFile::load(const std::string& path, int64_t vocab_size) {
   ZERO_CHECK(vocab_size >= 1, "token file '", path, "': vocab_size must be >= 1, got ",
              vocab_size);
-  const std::vector<unsigned char> bytes = read_all(path);
-  const auto actual = static_cast<int64_t>(bytes.size());
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  ZERO_CHECK(file != nullptr, "token file '", path, "': cannot open: ", std::strerror(errno));
+  struct stat st {};
+  ZERO_CHECK(::fstat(::fileno(file.get()), &st) == 0, "token file '", path, "': cannot stat: ",
+             std::strerror(errno));
+  const auto actual = static_cast<int64_t>(st.st_size);
   ZERO_CHECK(actual >= kTokenFileHeaderBytes, "token file '", path, "': file is ", actual,
              " bytes, shorter than the ", kTokenFileHeaderBytes,
              "-byte header (256 int32); not an llm.c token file");
-  const int32_t magic = le_int32(bytes.data());
-  const int32_t version = le_int32(bytes.data() + 4);
-  const int32_t count = le_int32(bytes.data() + 8);
-  ZERO_CHECK(magic == kTokenFileMagic, "token file '", path, "': bad magic number: expected ",
-             kTokenFileMagic, ", found ", magic, "; not an llm.c token file");
-  ZERO_CHECK(version == kTokenFileVersion, "token file '", path, "': unsupported version ",
-             version, " (supported: ", kTokenFileVersion, ", uint16 tokens)");
+  unsigned char header[12];
+  read_exactly(file.get(), header, sizeof(header), path);
+  ZERO_CHECK(std::fseek(file.get(), kTokenFileHeaderBytes, SEEK_SET) == 0, "token file '", path,
+             "': cannot seek past the header: ", std::strerror(errno));
+  const int32_t magic = le_int32(header);
+  const int32_t version = le_int32(header + 4);
+  const int32_t count = le_int32(header + 8);
+  const TokenFileFormat* format = nullptr;
+  for (const TokenFileFormat* known : {&kTokenFileUint16, &kTokenFileUint32}) {
+    if (magic == known->magic) format = known;
+  }
+  ZERO_CHECK(format != nullptr, "token file '", path, "': bad magic number: expected ",
+             kTokenFileUint16.magic, " (uint16 ids) or ", kTokenFileUint32.magic,
+             " (uint32 ids), found ", magic, "; not an llm.c token file");
+  ZERO_CHECK(version == format->version, "token file '", path, "': unsupported version ",
+             version, " (magic ", magic, " has version ", format->version, ", uint",
+             8 * format->bytes_per_token, " ids)");
   ZERO_CHECK(count >= 0, "token file '", path, "': negative token count ", count,
              " in the header");
-  const int64_t expected = kTokenFileHeaderBytes + 2 * static_cast<int64_t>(count);
+  const int width = format->bytes_per_token;
+  const int64_t expected = kTokenFileHeaderBytes + width * static_cast<int64_t>(count);
   ZERO_CHECK(actual == expected, "token file '", path, "': size mismatch: the header says ",
              count, " tokens, so the file should be ", expected, " bytes (", kTokenFileHeaderBytes,
-             " header + 2 per token), but it is ", actual, " bytes");
+             " header + ", width, " per token), but it is ", actual, " bytes");
 
-  auto tokens = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(count));
-  const unsigned char* p = bytes.data() + kTokenFileHeaderBytes;
-  for (int64_t i = 0; i < count; ++i) {
-    const uint16_t id = static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8));
-    ZERO_CHECK(static_cast<int64_t>(id) < vocab_size, "token file '", path, "': token id ", id,
-               " at position ", i, " is out of range for vocab size ", vocab_size,
-               " (ids must be < ", vocab_size, ")");
-    (*tokens)[static_cast<size_t>(i)] = id;
+  TokenFile tokens(path, *format);
+  tokens.size_ = count;
+  if (width == 4) {
+    tokens.ids32_ = read_ids<uint32_t>(file.get(), count, path);
+  } else {
+    tokens.ids16_ = read_ids<uint16_t>(file.get(), count, path);
   }
-  return TokenFile(path, std::move(tokens));
+  const int64_t bad = tokens.first_at_or_above(vocab_size);
+  ZERO_CHECK(bad < 0, "token file '", path, "': token id ", bad < 0 ? 0 : tokens.token(bad),
+             " at position ", bad, " is out of range for vocab size ", vocab_size,
+             " (ids must be < ", vocab_size, ")");
+  return tokens;
+}
+
+int64_t TokenFile::first_at_or_above(int64_t limit) const {
+  return visit_ids([&](const auto* ids) -> int64_t {
+    // The maximum first (one vectorisable pass); the position only when there is one.
+    uint32_t max = 0;
+    for (int64_t i = 0; i < size_; ++i) max = std::max<uint32_t>(max, ids[i]);
+    if (static_cast<int64_t>(max) < limit) return -1;
+    for (int64_t i = 0;; ++i) {
+      if (static_cast<int64_t>(ids[i]) >= limit) return i;
+    }
+  });
+}
+
+const void* TokenFile::storage() const {
+  return visit_ids([](const auto* ids) { return static_cast<const void*>(ids); });
+}
+
+int64_t TokenFile::token(int64_t i) const {
+  ZERO_INTERNAL_ASSERT(i >= 0 && i < size_, "token ", i, " of ", size_);
+  return visit_ids([&](const auto* ids) { return static_cast<int64_t>(ids[i]); });
+}
+
+void TokenFile::copy_tokens(int64_t start, int64_t count, int64_t* out) const {
+  ZERO_INTERNAL_ASSERT(start >= 0 && count >= 0 && start + count <= size_, "tokens [", start,
+                       ", ", start + count, ") of ", size_);
+  visit_ids([&](const auto* ids) {
+    for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(ids[start + i]);
+  });
+}
+
+std::vector<int64_t> TokenFile::tokens(int64_t start, int64_t count) const {
+  std::vector<int64_t> out(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  copy_tokens(start, count, out.data());
+  return out;
 }
 
 int64_t num_windows(int64_t tokens, int64_t seq_len) {

@@ -38,15 +38,6 @@ std::string read_text(const std::string& path) {
   return text;
 }
 
-// The token file bytes: llm.c's header, then the ids as little-endian uint16.
-std::string token_file_bytes(const uint16_t* ids, int64_t count) {
-  std::string bytes(static_cast<size_t>(kTokenFileHeaderBytes + 2 * count), '\0');
-  int32_t header[256] = {kTokenFileMagic, kTokenFileVersion, static_cast<int32_t>(count)};
-  std::memcpy(bytes.data(), header, sizeof(header));
-  std::memcpy(bytes.data() + kTokenFileHeaderBytes, ids, static_cast<size_t>(2 * count));
-  return bytes;
-}
-
 struct Fingerprint {
   std::string path;
   int64_t size = 0;
@@ -132,8 +123,9 @@ TokenizeResult tokenize_documents(const std::vector<std::string>& files,
                                   const TokenizeOptions& options) {
   ZERO_CHECK(options.val_fraction >= 0.0 && options.val_fraction < 1.0,
              "validation fraction ", options.val_fraction, " is outside [0, 1)");
-  ZERO_CHECK(encoder.vocab_size <= 65536, "token files hold uint16 ids: ", encoder.name,
-             " has a vocab_size of ", encoder.vocab_size, ", more than 65536 ids");
+  // uint16 ids when they fit (GPT-2's files, which llm.c reads too), uint32 for larger
+  // vocabularies (Llama 3's 128256, Qwen2's 151936).
+  const TokenFileFormat format = token_file_format_for(encoder.vocab_size);
   const int threads = options.threads > 0
                           ? options.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -146,7 +138,7 @@ TokenizeResult tokenize_documents(const std::vector<std::string>& files,
     total_bytes += static_cast<int64_t>(size);
   }
   TokenizeResult result;
-  std::vector<uint16_t> ids;
+  std::vector<uint32_t> ids;
   const auto started = std::chrono::steady_clock::now();
   int64_t done_before = 0;
   for (const std::string& path : files) {
@@ -156,8 +148,8 @@ TokenizeResult tokenize_documents(const std::vector<std::string>& files,
         encoder.encode(text, threads, "text file '" + path + "'", [&](int64_t done) {
           if (options.progress) options.progress(done_before + done, total_bytes);
         });
-    if (encoder.separator) ids.push_back(static_cast<uint16_t>(*encoder.separator));
-    for (const int32_t id : encoded) ids.push_back(static_cast<uint16_t>(id));
+    if (encoder.separator) ids.push_back(static_cast<uint32_t>(*encoder.separator));
+    for (const int32_t id : encoded) ids.push_back(static_cast<uint32_t>(id));
     done_before += static_cast<int64_t>(text.size());
     ++result.documents;
     result.bytes += static_cast<int64_t>(text.size());
@@ -167,8 +159,9 @@ TokenizeResult tokenize_documents(const std::vector<std::string>& files,
   result.tokens = static_cast<int64_t>(ids.size());
   ZERO_CHECK(result.tokens <= std::numeric_limits<int32_t>::max(), "the token file's header ",
              "counts tokens in an int32: ", result.tokens, " tokens do not fit (split the input)");
+  result.bytes_per_token = format.bytes_per_token;
   if (options.val_fraction == 0.0) {
-    write_file_atomically(out, token_file_bytes(ids.data(), result.tokens));
+    write_file_atomically(out, token_file_bytes(ids.data(), result.tokens, format));
     result.files = {out};
     return result;
   }
@@ -178,8 +171,9 @@ TokenizeResult tokenize_documents(const std::vector<std::string>& files,
   ZERO_CHECK(result.val_tokens >= 2 && train >= 2, "the text of ", files.size(),
              " file(s) is ", result.tokens, " tokens: too few for a validation fraction of ",
              options.val_fraction, " (each part needs 2 tokens at least)");
-  write_file_atomically(out + "_train.bin", token_file_bytes(ids.data(), train));
-  write_file_atomically(out + "_val.bin", token_file_bytes(ids.data() + train, result.val_tokens));
+  write_file_atomically(out + "_train.bin", token_file_bytes(ids.data(), train, format));
+  write_file_atomically(out + "_val.bin",
+                        token_file_bytes(ids.data() + train, result.val_tokens, format));
   result.files = {out + "_train.bin", out + "_val.bin"};
   return result;
 }

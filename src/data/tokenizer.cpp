@@ -131,10 +131,4 @@ std::string GPT2Decoder::decode(const std::vector<int64_t>& ids) const {
   return out;
 }
 
-std::string GPT2Decoder::decode(const uint16_t* ids, int64_t count) const {
-  std::string out;
-  for (int64_t i = 0; i < count; ++i) out += token_bytes(ids[i]);
-  return out;
-}
-
 }  // namespace zero

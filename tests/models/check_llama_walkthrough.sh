@@ -2,7 +2,9 @@
 # The README's "Fine-tune a Llama-family model", end to end through the programs (ctest
 # llama_walkthrough), on a directory made here with transformers and tokenizers (no download): a
 # random SmolLM2-shaped Llama (tied, grouped-query attention) saved with save_pretrained beside a
-# byte-level BPE tokenizer trained on Moby-Dick (SmolLM2's pre-tokenizer, <|endoftext|> as eos).
+# byte-level BPE tokenizer trained on Moby-Dick (SmolLM2's pre-tokenizer) with Llama 3's id
+# space: the vocabulary padded to 128000 ids (entries no merge makes), then the eos token
+# <|end_of_text|> as id 128000, so the token files hold uint32 ids (llm.c's Llama 3 format).
 #   1. zero-train --init DIR --data TEXT: tokenized with DIR's tokenizer.json, trained at stage 3
 #      on 2 ranks, checkpointed; the tokenizer is copied into the run directory;
 #   2. zero-generate --model RUN greedy, with and without the KV cache, equals transformers'
@@ -28,18 +30,24 @@ tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
     [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
 tokenizer.decoder = decoders.ByteLevel()
 tokenizer.train_from_iterator([text[200_000:800_000]], trainers.BpeTrainer(
-    vocab_size=2048, special_tokens=["<|endoftext|>"],
-    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    vocab_size=2048, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+saved = json.loads(tokenizer.to_str())
+for i in range(len(saved["model"]["vocab"]), 128000):
+    saved["model"]["vocab"][f"<|filler_{i}|>"] = i
+tokenizer = Tokenizer.from_str(json.dumps(saved))
+tokenizer.add_special_tokens(["<|end_of_text|>"])
+eos = tokenizer.token_to_id("<|end_of_text|>")
+assert eos == 128000
 model_dir = os.path.join(work, "smol")
 os.makedirs(model_dir, exist_ok=True)
 tokenizer.save(os.path.join(model_dir, "tokenizer.json"))
-json.dump({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
+json.dump({"bos_token": "<|end_of_text|>", "eos_token": "<|end_of_text|>"},
           open(os.path.join(model_dir, "tokenizer_config.json"), "w"))
 torch.manual_seed(5)
 config = LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=160,
                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                      max_position_embeddings=128, tie_word_embeddings=True, rope_theta=100000.0,
-                     bos_token_id=0, eos_token_id=0)
+                     bos_token_id=eos, eos_token_id=eos)
 LlamaForCausalLM(config).save_pretrained(model_dir, safe_serialization=True)
 PY
 cat > "$work/config.json" <<'JSON'
@@ -52,6 +60,13 @@ timeout 300 "$zero_run" -n 2 -- "$zero_train" --config "$work/config.json" --ini
   { cat "$work/train.log"; fail "zero-train failed"; }
 grep -q "tokenized 1 file(s) of $work/book.txt" "$work/train.log" || { cat "$work/train.log"; fail "no tokenize line"; }
 grep -q "starting from the weights of $work/smol" "$work/train.log" || fail "no init line"
+"$python" - "$work/book.txt.zero-tokens/data_train.bin" <<'PY' || fail "the token file is not uint32"
+import struct, sys
+magic, version, count = struct.unpack("<3i", open(sys.argv[1], "rb").read(12))
+ids = struct.unpack("<2I", open(sys.argv[1], "rb").read(1032)[1024:])
+assert (magic, version) == (20240801, 7) and ids[0] == 128000, (magic, version, ids)
+print(f"[token file] ok: {count} uint32 ids, the first the eos token {ids[0]}")
+PY
 [ -f "$work/run/tokenizer.json" ] && [ -f "$work/run/tokenizer_config.json" ] ||
   fail "the tokenizer was not copied into the run directory"
 grep -E "^step 6/6|^summary|^sample" "$work/train.log"
