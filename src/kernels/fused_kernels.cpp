@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <type_traits>
 
 #include "common/parallel.h"
 #include "common/simd_ops.h"
@@ -55,9 +56,10 @@ void bias_gelu_backward_tail(const T* grad_out, const T* u, const T* bias, T* gr
 
 template <typename T>
 void layer_norm_output_tail(const T* h, const T* weight, const T* bias, T* y, float mean,
-                            float rstd, int64_t j, int64_t width) {
+                            float rstd, bool round_normalized, int64_t j, int64_t width) {
   for (; j < width; ++j) {
-    const float xhat = (static_cast<float>(h[j]) - mean) * rstd;
+    float xhat = (static_cast<float>(h[j]) - mean) * rstd;
+    if (round_normalized) xhat = static_cast<float>(static_cast<T>(xhat));
     const float scaled = xhat * static_cast<float>(weight[j]);
     y[j] = static_cast<T>(bias != nullptr ? scaled + static_cast<float>(bias[j]) : scaled);
   }
@@ -135,7 +137,7 @@ void residual_layer_norm_rows(const T* x, const T* a, const T* weight, const T* 
     const float rstd = 1.0f / std::sqrt(square_total / static_cast<float>(width) + eps);
     if (mean_out != nullptr) mean_out[row] = mean;
     rstd_out[row] = rstd;
-    layer_norm_output_tail(hr, weight, bias, y + at, mean, rstd, 0, width);
+    layer_norm_output_tail(hr, weight, bias, y + at, mean, rstd, rms, 0, width);
   }
 }
 

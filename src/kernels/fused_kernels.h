@@ -19,12 +19,21 @@
 // thread block; rows are split over libtorch's threads in fixed blocks of kRowsPerBlock, and
 // the column sums go to one fp32 partial per block, added in block order: the results do not
 // depend on the thread count. Arithmetic is fp32 whatever the dtype (bf16/fp16 loaded exactly,
-// results rounded once). GELU is the tanh form as x sigmoid(2z) (1 + tanh z = 2 sigmoid(2z))
+// results rounded once; RMSNorm's twice, Note [RMSNorm's rounding]). GELU is the tanh form as x sigmoid(2z) (1 + tanh z = 2 sigmoid(2z))
 // with an exp of ~1 ulp (simd::exp_reference); its vector and scalar loops give the same bits.
 // LayerNorm takes its mean and variance in two passes over the row, summed across lanes.
 // Against ATen's composition: within a few fp32 ulps (fp32) or the dtype's rounding (16-bit),
 // tests/test_fused_kernels.cpp. Every training path (all stages and world sizes) runs the
 // same kernels, so the engines' bitwise cross-stage equalities hold.
+//
+// Note [RMSNorm's rounding]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// In bf16/fp16 RMSNorm's output is rounded twice, as transformers' LlamaRMSNorm (and Mistral's
+// and Qwen2's) computes it: x̂ = h rsqrt(mean(h^2) + eps) in fp32 rounded to the dtype, then
+// w x̂ rounded again, so zero's 16-bit logits are transformers' rather than one rounding more
+// accurate and an ulp away. LayerNorm keeps one rounding: ATen's layer_norm (GPT-2's) has one.
+// The backward computes in fp32 from x̂ unrounded (the rounding's derivative is taken as 1,
+// as autograd takes that of a cast).
 // Selected at run time: ZERO_FUSED_KERNELS=0 (src/common/env.h) or set_enabled(false) gives
 // ATen's composition back (zero::kernels::fused_ops.h decides per call).
 #pragma once

@@ -118,12 +118,16 @@ ZERO_SIMD_TARGET void residual_layer_norm_rows(const T* x, const T* a, const T* 
     rstd_out[row] = rstd;
     const F rstd_v = Ops::set1(rstd);
     for (j = 0; j + W <= width; j += W) {
-      const F xhat = Ops::mul(Ops::sub(Ops::load_grad(hr + j), mean_v), rstd_v);
+      F xhat = Ops::mul(Ops::sub(Ops::load_grad(hr + j), mean_v), rstd_v);
+      if (rms && !std::is_same_v<T, float>) {  // rounded to T first: Note [RMSNorm's rounding]
+        Ops::store_param(y + at + j, xhat);
+        xhat = Ops::load_grad(y + at + j);
+      }
       const F scaled = Ops::mul(xhat, Ops::load_grad(weight + j));
       Ops::store_param(y + at + j,
                        bias != nullptr ? Ops::add(scaled, Ops::load_grad(bias + j)) : scaled);
     }
-    layer_norm_output_tail(hr, weight, bias, y + at, mean, rstd, j, width);
+    layer_norm_output_tail(hr, weight, bias, y + at, mean, rstd, rms, j, width);
   }
 }
 
