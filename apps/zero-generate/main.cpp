@@ -225,9 +225,8 @@ int main(int argc, char** argv) {
     const auto model = load_model(o.model);
     const zero::CausalLMShape shape = model->causal_lm_config().shape();
     const int64_t context = shape.context_length;
-    ZERO_CHECK(shape.vocab_size <= codec.vocab_size, "--model ", o.model, " has a ",
-               "vocabulary of ", shape.vocab_size, ", more than the tokenizer's ",
-               codec.vocab_size, " (", codec.what, ")");
+    zero::check_tokenizer_fits(shape.vocab_size, codec.vocab_size, "--model " + o.model,
+                               codec.what);
     model->to(device);
     model->eval();
     at::NoGradGuard no_grad;
@@ -252,7 +251,8 @@ int main(int argc, char** argv) {
       const at::Tensor last = logits.to(at::kCPU, at::kFloat);
       const int64_t next = sample(last, o, generator);
       ids.push_back(next);
-      const std::string bytes = codec.token_bytes(next);
+      // A padded model's ids past the tokenizer's print nothing (Note [Padded vocabularies]).
+      const std::string bytes = next < codec.vocab_size ? codec.token_bytes(next) : "";
       std::fwrite(bytes.data(), 1, bytes.size(), stdout);
       std::fflush(stdout);
       if (produced == 0) {

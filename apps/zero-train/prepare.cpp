@@ -113,12 +113,9 @@ void load_inputs(const Options& o, Inputs& in, int world, int64_t memory_per_ran
   } else {
     in.tokenizer.hf = HfTokenizer::load(hf);
   }
-  // Samples decode ids the model draws from its whole vocabulary: a smaller tokenizer would
-  // fail at the first sample, after training.
-  ZERO_CHECK(in.tokenizer.vocab_size() >= shape.vocab_size, "the tokenizer ",
-             in.tokenizer.path(), " has ", in.tokenizer.vocab_size(), " tokens, but ", o.model,
-             " draws from ", shape.vocab_size, "; pass the model's (",
-             hf.empty() ? "--encoder" : "--tokenizer", ")");
+  zero::check_tokenizer_fits(shape.vocab_size, in.tokenizer.vocab_size(),
+                             o.init.empty() ? o.model : in.model->display_name(),
+                             in.tokenizer.path() + (hf.empty() ? " (--encoder)" : " (--tokenizer)"));
 }
 
 // Collective. Whether bf16 and fp16 GEMMs are fast here, for "auto" fp16/bf16 sections: the
@@ -205,7 +202,12 @@ std::string tokenize_text_data(const Options& o, Communicator& comm, int cores,
 int64_t RunTokenizer::vocab_size() const { return hf ? hf->vocab_size() : gpt2->vocab_size(); }
 
 std::string RunTokenizer::decode(const std::vector<int64_t>& ids) const {
-  return hf ? hf->decode(ids) : gpt2->decode(ids);
+  // A padded model's ids past the tokenizer's decode to nothing (Note [Padded vocabularies]).
+  std::vector<int64_t> tokens;
+  for (const int64_t id : ids) {
+    if (id < vocab_size()) tokens.push_back(id);
+  }
+  return hf ? hf->decode(tokens) : gpt2->decode(tokens);
 }
 
 int64_t RunTokenizer::start_id() const {

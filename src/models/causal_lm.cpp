@@ -116,6 +116,14 @@ std::vector<std::string> causal_lm_preset_names() {
   return names;
 }
 
+void check_tokenizer_fits(int64_t model_vocab, int64_t tokenizer_vocab,
+                          const std::string& model_name, const std::string& tokenizer_name) {
+  ZERO_CHECK(tokenizer_vocab <= model_vocab, "the tokenizer ", tokenizer_name, " has ",
+             tokenizer_vocab, " ids, more than the ", model_vocab, " embedding rows of ",
+             model_name, ": its ids from ", model_vocab, " on have no embedding; use the model's "
+             "own tokenizer (a model may have more rows than its tokenizer has ids, not fewer)");
+}
+
 std::unique_ptr<CausalLMConfig> causal_lm_named(const std::string& name) {
   for (const Family& family : families()) {
     if (family.claims(name)) return family.named(name);

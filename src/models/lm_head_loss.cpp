@@ -33,6 +33,9 @@ constexpr int64_t kBlockElements = int64_t{1} << 24;
 // GEMM too thin for the tensor cores: blocks of 128M elements (2670 rows at V = 50257; 256 MB
 // of bf16 logits and 512 MB for their fp32 log-softmax), a few per GPT-2 micro-batch.
 constexpr int64_t kDeviceBlockElements = int64_t{1} << 27;
+// The weight gradient's 16-bit products are added to its fp32 sum in slices of this many
+// elements (1 MiB of fp32 temporary).
+constexpr int64_t kAddElements = int64_t{1} << 18;
 
 struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
@@ -61,8 +64,12 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
     // Converted once for every block (the same note).
     const at::Tensor weight_operand = widened ? weight.to(at::kFloat) : weight;
     at::Tensor grad_hidden = need_hidden ? at::empty_like(inputs) : at::Tensor();
-    // Accumulated over blocks in fp32 whatever the compute dtype.
+    // Accumulated over blocks in fp32 whatever the compute dtype; in 16 bits each block's
+    // product is computed into `product` and added a slice at a time (see there).
     at::Tensor grad_weight = need_weight ? at::zeros({vocab, weight.size(1)}, fp32) : at::Tensor();
+    at::Tensor product = need_weight && compute.dtype() != fp32.dtype()
+                             ? at::empty({vocab, weight.size(1)}, compute)
+                             : at::Tensor();
     const double scale = 1.0 / static_cast<double>(n);
     // Summed in fp64 on the hidden states' device, block by block in order: no host read per
     // block on a GPU, the same bits as a host double on the CPU.
@@ -93,7 +100,16 @@ struct LmHeadCrossEntropy : torch::autograd::Function<LmHeadCrossEntropy> {
         if (grad_weight.scalar_type() == p_compute.scalar_type()) {
           grad_weight.addmm_(p_compute.t(), h, /*beta=*/1, /*alpha=*/scale);
         } else {
-          grad_weight.add_(at::mm(p_compute.t(), h), scale);
+          // A mixed-dtype add_ first widens its whole 16-bit operand to fp32: a V x C fp32
+          // temporary (63 MB at Llama 3's vocabulary and C = 128, 2 GB at C = 4096) that the
+          // memory plan does not hold. Slices of kAddElements keep it small; the sums are the
+          // same (each element widened exactly, then added once).
+          at::mm_out(product, p_compute.t(), h);
+          const int64_t slice = std::max<int64_t>(1, kAddElements / product.size(1));
+          for (int64_t row = 0; row < vocab; row += slice) {
+            const int64_t count = std::min(slice, vocab - row);
+            grad_weight.narrow(0, row, count).add_(product.narrow(0, row, count), scale);
+          }
         }
       }
     }
@@ -152,10 +168,13 @@ LmHeadBytes lm_head_cross_entropy_bytes(int64_t rows, int64_t width, int64_t voc
   const int64_t CNe = C * N * e;
   const int64_t block = std::max<int64_t>(1, std::min<int64_t>(N, kBlockElements / V));
   // The loop: the fp32 accumulator and a block of logits; in 16 bits also the block's fp32
-  // log-softmax, its compute-dtype copy, that copy transposed for the weight gradient's GEMM,
-  // and the GEMM's V x C result before it is added in fp32. Widened, the loop is fp32's on fp32
-  // copies of the hidden states and the weight, and its fp32 gradients are rounded to 16 bits
-  // at the end. Kept: the gradients of the hidden states and the weight.
+  // log-softmax, its compute-dtype copy and the weight gradient GEMM's V x C product (added to
+  // the fp32 sum in slices), and one more block in 16 bits for the scratch of ATen's 16-bit
+  // GEMMs (oneDNN's), which the host allocator does not see: measured 10-28 MiB of resident
+  // set beyond the tracked peak at a 32 MiB block, for gpt2-tiny and a Llama with Llama 3's
+  // vocabulary. Widened, the loop is fp32's on fp32 copies of the hidden states and the
+  // weight, and its fp32 gradients are rounded to 16 bits at the end. Kept: the gradients of
+  // the hidden states and the weight.
   LmHeadBytes bytes;
   bytes.forward_peak =
       widened ? 9 * C * N + V * C * (8 + e) + block * V * 4

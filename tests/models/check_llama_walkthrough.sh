@@ -4,7 +4,10 @@
 # random SmolLM2-shaped Llama (tied, grouped-query attention) saved with save_pretrained beside a
 # byte-level BPE tokenizer trained on Moby-Dick (SmolLM2's pre-tokenizer) with Llama 3's id
 # space: the vocabulary padded to 128000 ids (entries no merge makes), then the eos token
-# <|end_of_text|> as id 128000, so the token files hold uint32 ids (llm.c's Llama 3 format).
+# <|end_of_text|> as id 128000, so the token files hold uint32 ids (llm.c's Llama 3 format);
+# the model has 128064 embedding rows, more than the tokenizer's 128001 ids, as Qwen2.5's
+# checkpoints have (Note [Padded vocabularies]). A tokenizer with more ids than the model has
+# rows is refused.
 #   1. zero-train --init DIR --data TEXT: tokenized with DIR's tokenizer.json, trained at stage 3
 #      on 2 ranks, checkpointed; the tokenizer is copied into the run directory;
 #   2. zero-generate --model RUN greedy, with and without the KV cache, equals transformers'
@@ -44,7 +47,7 @@ tokenizer.save(os.path.join(model_dir, "tokenizer.json"))
 json.dump({"bos_token": "<|end_of_text|>", "eos_token": "<|end_of_text|>"},
           open(os.path.join(model_dir, "tokenizer_config.json"), "w"))
 torch.manual_seed(5)
-config = LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=64, intermediate_size=160,
+config = LlamaConfig(vocab_size=128064, hidden_size=64, intermediate_size=160,
                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                      max_position_embeddings=128, tie_word_embeddings=True, rope_theta=100000.0,
                      bos_token_id=eos, eos_token_id=eos)
@@ -70,6 +73,13 @@ PY
 [ -f "$work/run/tokenizer.json" ] && [ -f "$work/run/tokenizer_config.json" ] ||
   fail "the tokenizer was not copied into the run directory"
 grep -E "^step 6/6|^summary|^sample" "$work/train.log"
+out="$(timeout 120 "$zero_run" -n 1 -- "$zero_train" --config "$work/config.json" --model llama-tiny \
+       --tokenizer "$work/smol" \
+       --data data/tokens/moby_dick --steps 1 --out "$work/refused" 2>&1)" &&
+  fail "llama-tiny (50257 rows) with a tokenizer of 128001 ids was not refused"
+grep -qF "has 128001 ids, more than the 50257 embedding rows of llama-tiny" <<<"$out" ||
+  fail "a tokenizer larger than the model: $out"
+echo "[tokenizer larger than the model] refused: $(grep -m1 -o 'the tokenizer .*rows of [^:]*' <<<"$out")"
 "$zero_ckpt" export "$work/run/checkpoints" --out "$work/export/model.safetensors" >"$work/export.log" 2>&1 ||
   { cat "$work/export.log"; fail "zero-ckpt export failed"; }
 prompt="Call me Ishmael. Some years ago"

@@ -7,7 +7,8 @@
 #   - fp32 at stage 3 (gathered units, persistent parameters);
 #   - bf16 at stage 3 with the optimizer state and the parameters on NVMe (a directory of the
 #     test's);
-#   - llama-tiny (zero/llama.h) as the demo and in fp32 at stage 3.
+#   - llama-tiny (zero/llama.h) as the demo, in fp32 at stage 3, and computing in bf16 at stage 2
+#     (ATen's bf16 GEMMs where the CPU has bf16 arithmetic, else half_gemm's fp32 path).
 # The summary's "baseline + tracked peak" row is printed with each failure, to place the gap.
 #   check_plan_vs_rss.sh ZERO_TRAIN ZERO_RUN WORK_DIR
 set -uo pipefail
@@ -28,6 +29,11 @@ cat >"$work/nvme.json" <<JSON
  "zero_optimization": {"stage": 3,
    "offload_optimizer": {"device": "nvme", "nvme_path": "$work/swap"},
    "offload_param": {"device": "nvme", "nvme_path": "$work/swap"}}, "seed": 1234}
+JSON
+cat >"$work/bf16-stage2.json" <<'JSON'
+{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.002}}, "bf16": {"enabled": true},
+ "compute_data_type": "bf16", "zero_optimization": {"stage": 2}, "seed": 1234}
 JSON
 limit=5.0  # percent, either way
 failures=0
@@ -64,5 +70,6 @@ run fp32-stage3 "$work/fp32-stage3.json" 20 --eval-every 10 --sample-every 10
 run nvme "$work/nvme.json" 10 --eval-every 5 --sample-every 5
 model=llama-tiny run llama-demo configs/demo.json 30 --eval-every 10 --sample-every 15
 model=llama-tiny run llama-fp32-stage3 "$work/fp32-stage3.json" 20 --eval-every 10 --sample-every 10
+model=llama-tiny run llama-bf16 "$work/bf16-stage2.json" 10 --eval-every 5 --sample-every 5
 echo "$failures failing case(s)"
 [ "$failures" -eq 0 ]
