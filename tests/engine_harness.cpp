@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -83,6 +84,11 @@ std::string make_config_json(const RunOptions& o) {
   if (o.optimizer == "SGD") {
     json << ", \"momentum\": " << o.momentum << ", \"nesterov\": " << (o.nesterov ? "true" : "false");
   }
+  if (o.optimizer == "Adagrad") {
+    json << ", \"lr_decay\": " << o.lr_decay
+         << ", \"initial_accumulator_value\": " << o.initial_accumulator_value;
+  }
+  if (o.optimizer == "Lion") json << ", \"betas\": [0.9, 0.99]";
   json << "}}";
   if (o.dtype == "bf16") json << ", \"bf16\": {\"enabled\": true}";
   if (o.dtype == "fp16") {
@@ -168,7 +174,31 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
   result.model->to(device);
   std::vector<at::Tensor> parameters = unique_parameters(*result.model);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (options.optimizer == "AdamW") {
+  // Lion has no torch optimizer: its paper's update (Chen et al. 2023, Algorithm 2), here.
+  std::vector<at::Tensor> lion_momenta;
+  auto lion_step = [&] {
+    at::NoGradGuard no_grad;
+    const double beta1 = 0.9, beta2 = 0.99;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      at::Tensor& p = parameters[i];
+      const at::Tensor g = p.grad();
+      if (lion_momenta.size() <= i) lion_momenta.push_back(at::zeros_like(p));
+      at::Tensor& m = lion_momenta[i];
+      p.mul_(1.0 - options.lr * options.weight_decay);
+      p.add_(m.mul(beta1).add_(g, 1.0 - beta1).sign_(), -options.lr);
+      m.mul_(beta2).add_(g, 1.0 - beta2);
+    }
+  };
+  if (options.optimizer == "Lion") {
+    // stepped by lion_step
+  } else if (options.optimizer == "Adagrad") {
+    optimizer = std::make_unique<torch::optim::Adagrad>(
+        parameters, torch::optim::AdagradOptions(options.lr)
+                        .weight_decay(options.weight_decay)
+                        .lr_decay(options.lr_decay)
+                        .initial_accumulator_value(options.initial_accumulator_value)
+                        .eps(1e-10));
+  } else if (options.optimizer == "AdamW") {
     optimizer = std::make_unique<torch::optim::AdamW>(
         parameters,
         torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
@@ -187,7 +217,7 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
   for (int step = 0; step < options.steps; ++step) {
     auto [batch_x, batch_y] = spec.batch(options.fixed_batch ? 0 : step, rows);
     const at::Tensor x = batch_x.to(device), y = batch_y.to(device);
-    optimizer->zero_grad();
+    for (auto& p : parameters) p.mutable_grad() = at::Tensor();
     at::Tensor loss = spec.loss(*result.model, x, y);
     loss.backward();
     // A parameter unused in this step trains on a zero gradient, as in the engine (and
@@ -200,7 +230,11 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
       norm = torch::nn::utils::clip_grad_norm_(parameters,
                                                options.gradient_clipping);
     }
-    optimizer->step();
+    if (optimizer) {
+      optimizer->step();
+    } else {
+      lion_step();
+    }
     result.losses.push_back(loss.item<double>());
     result.norms.push_back(norm);
   }

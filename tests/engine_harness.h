@@ -43,10 +43,13 @@ struct RunOptions {
   int steps = 4;
   double lr = 1e-3;
   double weight_decay = 0.01;
-  // "AdamW" | "Adam" (L2 decay, adam_w_mode false) | "SGD" (with `momentum`, `nesterov`).
+  // "AdamW" | "Adam" (L2 decay, adam_w_mode false) | "SGD" (with `momentum`, `nesterov`) |
+  // "Adagrad" (with `lr_decay`, `initial_accumulator_value`) | "Lion" (betas 0.9, 0.99).
   std::string optimizer = "AdamW";
   double momentum = 0.0;
   bool nesterov = false;
+  double lr_decay = 0.0;
+  double initial_accumulator_value = 0.0;
   int64_t reduce_bucket_size = 100;
   int64_t allgather_bucket_size = 77;
   bool fixed_batch = false;         // every step trains on step 0's batch (to see learning)

@@ -170,6 +170,68 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
   }
 }
 
+// Adagrad (its sum starting at initial_accumulator_value) and Lion keep their state in
+// checkpoints as Adam does: resumed at every stage, in memory and with the state on NVMe
+// (saved one way, loaded the other), they give the uninterrupted run's losses and parameters
+// bit for bit; and a checkpoint names its optimizer, so loading it under the other refuses.
+TEST(Checkpoint, AdagradAndLionResumeBitExactly) {
+  const ModelSpec spec = tiny_gpt2_spec();
+  const std::string nvme = shared_dir("adagrad-lion-nvme");
+  for (const char* type : {"Adagrad", "Lion"}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(std::string(type) + " stage " + std::to_string(stage));
+      RunOptions in_memory = fp16_scheduled(stage);
+      in_memory.optimizer = type;
+      in_memory.lr = std::string(type) == "Adagrad" ? 0.02 : 1e-3;
+      in_memory.initial_accumulator_value = 0.1;
+      in_memory.lr_decay = 0.01;
+      RunOptions offloaded = in_memory;
+      if (stage >= 1) {
+        offloaded.extra_zero_json += std::string(stage == 3 ? ", " : "") +
+                                     "\"sub_group_size\": 500, \"offload_optimizer\": "
+                                     "{\"device\": \"nvme\", \"nvme_path\": \"" + nvme + "\"}";
+      }
+      Trainer straight = make_trainer(spec, in_memory);
+      const std::vector<double> expected = train(straight, spec, in_memory, 0, 6);
+      const std::vector<std::pair<const RunOptions*, const RunOptions*>> ways =
+          stage == 0 ? std::vector<std::pair<const RunOptions*, const RunOptions*>>{
+                           {&in_memory, &in_memory}}
+                     : std::vector<std::pair<const RunOptions*, const RunOptions*>>{
+                           {&in_memory, &in_memory}, {&offloaded, &in_memory},
+                           {&in_memory, &offloaded}};
+      for (const auto& [saver, loader] : ways) {
+        SCOPED_TRACE(std::string(saver == &offloaded ? "saved on NVMe" : "saved in memory") +
+                     (loader == &offloaded ? ", loaded on NVMe" : ", loaded in memory"));
+        const std::string dir = shared_dir(std::string("resume-") + type + std::to_string(stage));
+        {
+          Trainer first = make_trainer(spec, *saver);
+          train(first, spec, *saver, 0, 3);
+          first.engine->save_checkpoint(dir, "mid");
+        }
+        Trainer resumed = make_trainer(spec, *loader);
+        resumed.engine->load_checkpoint(dir, "mid");
+        const std::vector<double> rest = train(resumed, spec, *loader, 3, 6);
+        for (size_t i = 0; i < rest.size(); ++i) {
+          EXPECT_EQ(rest[i], expected[3 + i]) << "step " << 3 + i;
+        }
+        EXPECT_TRUE(at::equal(parameters_of(resumed), parameters_of(straight)));
+      }
+      if (stage == 2) {
+        RunOptions other = in_memory;
+        other.optimizer = std::string(type) == "Lion" ? "Adagrad" : "Lion";
+        Trainer wrong = make_trainer(spec, other);
+        const std::string dir = shared_dir(std::string("resume-") + type + "2");
+        try {
+          wrong.engine->load_checkpoint(dir, "mid");
+          ADD_FAILURE() << "a " << type << " checkpoint loaded under " << other.optimizer;
+        } catch (const std::exception& e) {
+          EXPECT_NE(std::string(e.what()).find(type), std::string::npos) << e.what();
+        }
+      }
+    }
+  }
+}
+
 // A device model's offloaded optimizer (Note [Offload of a device model], run through its CPU
 // stand-in, ZERO_EMULATE_DEVICE_OFFLOAD) saves what training in memory saves: its checkpoints
 // resume in memory and the other way round, bit for bit, at stages 1-3, with the overlapped

@@ -54,11 +54,13 @@ Saved random_metadata(std::mt19937_64& rng) {
   m["stage"] = stage;
   m["param_dtype"] = dtype;
   m["master_dtype"] = "fp32";
-  const int optimizer = static_cast<int>(pick(rng, 0, 3));
-  m["optimizer"] = {{"type", optimizer == 0 ? "AdamW" : optimizer == 1 ? "Adam" : "SGD"},
-                    {"state", optimizer < 2    ? Json{"exp_avg", "exp_avg_sq"}
-                              : optimizer == 2 ? Json{"exp_avg"}
-                                               : Json::array()}};
+  // AdamW, Adam, SGD with and without momentum, Adagrad, Lion: each with its state.
+  const std::vector<std::pair<const char*, Json>> optimizers = {
+      {"AdamW", Json{"exp_avg", "exp_avg_sq"}}, {"Adam", Json{"exp_avg", "exp_avg_sq"}},
+      {"SGD", Json{"exp_avg"}},                 {"SGD", Json::array()},
+      {"Adagrad", Json{"exp_avg_sq"}},          {"Lion", Json{"exp_avg"}}};
+  const auto& optimizer = optimizers[static_cast<size_t>(pick(rng, 0, 5))];
+  m["optimizer"] = {{"type", optimizer.first}, {"state", optimizer.second}};
   const int64_t global = pick(rng, 0, 1000);
   const int64_t skipped = dtype == "fp16" ? pick(rng, 0, 20) : 0;
   const int64_t gas = pick(rng, 1, 8);
@@ -277,9 +279,19 @@ std::vector<Edit> edits() {
          s.metadata["optimizer"] = {{"type", "SGD"}, {"state", {"exp_avg", "exp_avg_sq"}}};
          return true;
        }},
+      {"Lion with Adam's moments", "optimizer.state",
+       [](Saved& s, std::mt19937_64&) {
+         s.metadata["optimizer"] = {{"type", "Lion"}, {"state", {"exp_avg", "exp_avg_sq"}}};
+         return true;
+       }},
+      {"Adagrad with a momentum", "optimizer.state",
+       [](Saved& s, std::mt19937_64&) {
+         s.metadata["optimizer"] = {{"type", "Adagrad"}, {"state", {"exp_avg"}}};
+         return true;
+       }},
       {"an unknown optimizer", "optimizer.type",
        [](Saved& s, std::mt19937_64&) {
-         s.metadata["optimizer"]["type"] = "Lion";
+         s.metadata["optimizer"]["type"] = "Lamb";
          return true;
        }},
       {"the version as a string", "version",

@@ -168,6 +168,41 @@ TEST(Config, Optimizers) {
   EXPECT_DOUBLE_EQ(c.optimizer.dampening, 0.0);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 1e-4);
   EXPECT_TRUE(c.optimizer.nesterov);
+
+  // Adagrad: torch.optim.Adagrad's defaults (lr 1e-2, eps 1e-10) and keys.
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "adagrad"}})", 1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kAdagrad);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-2);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-10);
+  EXPECT_DOUBLE_EQ(c.optimizer.initial_accumulator_value, 0.0);
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "Adagrad", "params": {
+      "lr": 0.05, "eps": 1e-8, "weight_decay": 0.01, "lr_decay": 0.001,
+      "initial_accumulator_value": 0.1, "amsgrad": false, "foreach": null}}})", 1);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.05);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr_decay, 0.001);
+  EXPECT_DOUBLE_EQ(c.optimizer.initial_accumulator_value, 0.1);
+  // Lion: DeepSpeed's defaults (lr 1e-3, betas [0.9, 0.999]).
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "Lion"}})", 1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kLion);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.999);
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "lion", "params": {
+      "lr": 1e-4, "betas": [0.95, 0.98], "weight_decay": 1.0}}})", 1);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 1.0);
+  // Each writes itself back as it was read.
+  for (const char* type : {"Adagrad", "Lion"}) {
+    const std::string json = std::string(R"({"train_batch_size": 4, "optimizer": {"type": ")") +
+                             type + R"(", "params": {"lr": 0.003}}})";
+    const Config first = parse_config(json, 1);
+    const Config again = parse_config(first.effective_json, 1);
+    EXPECT_EQ(again.optimizer.type, first.optimizer.type) << type;
+    EXPECT_DOUBLE_EQ(again.optimizer.lr, 0.003) << type;
+    EXPECT_DOUBLE_EQ(again.optimizer.eps, first.optimizer.eps) << type;
+    EXPECT_DOUBLE_EQ(again.optimizer.beta1, first.optimizer.beta1) << type;
+  }
 }
 
 TEST(Config, Precision) {
@@ -578,9 +613,21 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"missing optimizer", R"({"train_batch_size": 8})", 1,
        {"'optimizer' section is required"}},
       {"missing optimizer type", R"({"train_batch_size": 8, "optimizer": {"params": {}}})", 1,
-       {"optimizer.type is required", "Adam, AdamW, SGD"}},
+       {"optimizer.type is required", "Adam, AdamW, SGD, Adagrad, Lion"}},
       {"Lamb", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})", 1,
-       {"optimizer.type = \"Lamb\" is not supported yet", "Adam, AdamW, SGD"}},
+       {"optimizer.type = \"Lamb\" is not supported yet", "Adam, AdamW, SGD, Adagrad, Lion"}},
+      {"Muon", R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}})", 1,
+       {"optimizer.type = \"Muon\" is not supported yet"}},
+      {"Adagrad amsgrad", R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
+       "params": {"amsgrad": true}}})", 1, {"optimizer.params.amsgrad = true"}},
+      {"Adagrad betas", R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
+       "params": {"betas": [0.9, 0.99]}}})", 1, {"optimizer.params.betas", "lr_decay"}},
+      {"Lion eps", R"({"train_batch_size": 8, "optimizer": {"type": "Lion",
+       "params": {"eps": 1e-8}}})", 1, {"optimizer.params.eps"}},
+      {"Lion beta 1", R"({"train_batch_size": 8, "optimizer": {"type": "Lion",
+       "params": {"betas": [0.9, 1.0]}}})", 1, {"optimizer.params.betas", "[0, 1)"}},
+      {"Adagrad negative lr_decay", R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
+       "params": {"lr_decay": -1}}})", 1, {"optimizer.params.lr_decay = -1", ">= 0"}},
       {"typo in type", R"({"train_batch_size": 8, "optimizer": {"type": "Adamm"}})", 1,
        {"optimizer.type = \"Adamm\" is invalid", "did you mean 'Adam'?"}},
       {"torch optimizer", R"({"train_batch_size": 8, "optimizer": {"type": "RMSprop"}})", 1,

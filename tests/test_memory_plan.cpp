@@ -247,6 +247,44 @@ TEST(MemoryPlan, OffloadedStateIsPlannedAsTheEngineHoldsIt) {
   EXPECT_EQ(plan.nvme_bytes, state.on_nvme);
 }
 
+// Each optimizer's state in the plan as the engine holds it: AdamW two fp32 values per owned
+// element, SGD with momentum, Adagrad (its sum) and Lion (its momentum) one, plain SGD none;
+// the row says which, and the whole plan stays within ten percent of the measured peak.
+TEST(MemoryPlan, EachOptimizersStateIsPlannedAsTheEngineHoldsIt) {
+  track_host_memory();
+  auto comm = world();
+  struct Case {
+    const char* optimizer;
+    int values;
+    const char* row_note;
+  };
+  int64_t per_value = 0;  // AdamW's state / 2, the first case
+  for (const Case& c : {Case{"{\"type\": \"AdamW\"}", 2, "Adam m and v"},
+                        Case{"{\"type\": \"SGD\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9}}", 1,
+                             "momentum"},
+                        Case{"{\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}", 0, nullptr},
+                        Case{"{\"type\": \"Adagrad\"}", 1, "Adagrad's sum of squares"},
+                        Case{"{\"type\": \"Lion\"}", 1, "Lion's momentum"}}) {
+    SCOPED_TRACE(c.optimizer);
+    const Config config = parse_config(
+        std::string("{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": ") + c.optimizer +
+            ", \"zero_optimization\": {\"stage\": 2}}",
+        comm->size(), "test config");
+    ModelStateBytes state;
+    const MemoryPlan plan = expect_plan_within_ten_percent(
+        gpt2::GPT2Config::preset("gpt2-tiny"), config, comm, &state);
+    // 4 bytes per value per owned element (the shard, padded as the engine pads it).
+    if (per_value == 0 && c.values > 0) per_value = state.optimizer_state / c.values;
+    EXPECT_EQ(state.optimizer_state, c.values * per_value);
+    const MemoryPlanRow* row = plan.row("optimizer state");
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->bytes, state.optimizer_state);
+    if (c.row_note != nullptr) {
+      EXPECT_NE(row->basis.find(c.row_note), std::string::npos) << row->basis;
+    }
+  }
+}
+
 TEST(MemoryPlan, BuiltModelPlansLikeThePreset) {
   gpt2::GPT2Config preset = gpt2::GPT2Config::preset("gpt2-tiny");
   const PlanModel from_preset = preset.plan_model(1, 16, at::kFloat);

@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
@@ -27,6 +28,7 @@
 #include "common/parallel.h"
 #include "common/simd_level.h"
 #include "engine/engine_core.h"
+#include "optim/adagrad_lion.h"
 #include "optim/adam_kernels.h"
 #include "optim/device_update.h"
 #include "optim/shard_optimizer.h"
@@ -224,6 +226,126 @@ TEST(AdamLoop, EveryLevelMatchesTheScalarLoopBitwise) {
   }
   if (all.size() == 1) GTEST_SKIP() << "this CPU has no SIMD level beyond the scalar loop";
   EXPECT_GT(compared, 0);
+}
+
+// Adagrad's and Lion's loops (optim/adagrad_lion.h) at every level against the scalar loop,
+// bit for bit, on the special values of make_inputs (the state taken from its `v`: a sum of
+// squares, negative and NaN values included; Lion's momentum from its `m`), every gradient x
+// parameter-copy dtype, with and without weight decay.
+TEST(AdagradLionLoops, EveryLevelMatchesTheScalarLoopBitwise) {
+  const std::vector<SimdLevel> all = levels();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {15, 0}, {33, 1}, {1037, 1}};
+  uint64_t seed = 100;
+  int compared = 0;
+  for (OptimizerType type : {OptimizerType::kAdagrad, OptimizerType::kLion}) {
+    for (double wd : {0.0, 0.1}) {
+      OptimizerConfig config;
+      config.type = type;
+      config.weight_decay = wd;
+      config.eps = 1e-10;
+      config.lr_decay = 0.01;
+      config.beta2 = 0.99;
+      for (at::ScalarType gt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+        for (std::optional<at::ScalarType> pt :
+             {std::optional<at::ScalarType>(), std::optional(at::kBFloat16),
+              std::optional(at::kHalf)}) {
+          for (const auto& shape : shapes) {
+            const int64_t n = shape.first, offset = shape.second;
+            const Inputs in = make_inputs(n, gt, ++seed);
+            auto run_level = [&](SimdLevel level) {
+              State st{sliced(in.master, offset), {},
+                       sliced(type == OptimizerType::kAdagrad ? in.v : in.m, offset), {}};
+              const at::Tensor grad = sliced(in.grad, offset);
+              if (pt) st.param_out = sliced(at::zeros({n}, *pt), offset);
+              for (int step = 1; step <= 3; ++step) {
+                if (type == OptimizerType::kAdagrad) {
+                  adagrad_update(level, st.master, grad, st.param_out, st.v,
+                                 adagrad_scalars(config, step, 0.37, 0.02));
+                } else {
+                  lion_update(level, st.master, grad, st.param_out, st.v,
+                              lion_scalars(config, 0.37, 1e-3));
+                }
+              }
+              return st;
+            };
+            const State ref = run_level(SimdLevel::kScalar);
+            for (SimdLevel level : all) {
+              if (level == SimdLevel::kScalar) continue;
+              const State got = run_level(level);
+              const std::string what = std::string(type == OptimizerType::kAdagrad ? "Adagrad"
+                                                                                  : "Lion") +
+                                       " wd=" + std::to_string(wd) + " n=" +
+                                       std::to_string(n) + " level=" + level_name(level);
+              ASSERT_TRUE(same_bits(got.master, ref.master)) << what;
+              ASSERT_TRUE(same_bits(got.v, ref.v)) << what;
+              if (pt) {
+                ASSERT_TRUE(same_bits(got.param_out, ref.param_out, *pt != at::kBFloat16))
+                    << what;
+              }
+              ++compared;
+            }
+            if (pt) {
+              ASSERT_TRUE(
+                  same_bits(ref.param_out, c10_rounded(ref.master, *pt), *pt != at::kBFloat16));
+            }
+          }
+        }
+      }
+    }
+  }
+  if (all.size() == 1) GTEST_SKIP() << "this CPU has no SIMD level beyond the scalar loop";
+  EXPECT_GT(compared, 0);
+}
+
+// The loops against their definitions in ATen operations on ordinary values, 5 steps, to
+// rounding (libtorch's kernels fuse multiply-adds):
+// Adagrad against torch::optim::Adagrad (lr_decay, an initial accumulator, weight decay),
+// Lion against its paper's update; and Lion's sign(0) = 0: an element whose gradient and
+// momentum are 0 moves by its weight decay only.
+TEST(AdagradLionLoops, MatchTheirDefinitions) {
+  constexpr int64_t kN = 1037;
+  at::manual_seed(7);
+  const at::Tensor p0 = at::randn({kN}) * 0.1;
+  std::vector<at::Tensor> grads;
+  for (int step = 0; step < 5; ++step) grads.push_back(at::randn({kN}) * 0.01);
+  for (at::Tensor& g : grads) g[5] = 0.0f;  // element 5: no gradient, ever
+  OptimizerConfig config;
+  config.weight_decay = 0.1;
+  config.eps = 1e-10;
+  config.lr_decay = 0.05;
+  config.beta2 = 0.99;
+  {
+    at::Tensor master = p0.clone(), sum = at::full({kN}, 0.1f);
+    at::Tensor reference = p0.clone().requires_grad_(true);
+    torch::optim::Adagrad torch_adagrad(
+        {reference}, torch::optim::AdagradOptions(0.02).weight_decay(0.1).lr_decay(0.05)
+                         .initial_accumulator_value(0.1).eps(1e-10));
+    for (int step = 1; step <= 5; ++step) {
+      adagrad_update(simd_level(), master, grads[step - 1], {}, sum,
+                     adagrad_scalars(config, step, 1.0, 0.02));
+      reference.mutable_grad() = grads[step - 1].clone();
+      torch_adagrad.step();
+    }
+    EXPECT_TRUE(at::allclose(master, reference.detach(), 1e-6, 1e-9));
+  }
+  {
+    at::Tensor master = p0.clone(), m = at::zeros({kN});
+    at::Tensor p = p0.clone(), mr = at::zeros({kN});
+    const double lr = 1e-3;
+    for (int step = 1; step <= 5; ++step) {
+      lion_update(simd_level(), master, grads[step - 1], {}, m, lion_scalars(config, 1.0, lr));
+      const at::Tensor& g = grads[step - 1];
+      p.mul_(1.0 - lr * 0.1).add_(mr.mul(0.9).add_(g, 0.1).sign_(), -lr);
+      mr.mul_(0.99).add_(g, 0.01);
+    }
+    // libtorch fuses add_'s multiply-add (FMA) where the loop rounds twice: to rounding, the
+    // momentum's near-cancelling sums to an absolute 1e-9 of values ~1e-3.
+    EXPECT_TRUE(at::allclose(master, p, 1e-6, 1e-9));
+    EXPECT_TRUE(at::allclose(m, mr, 1e-5, 1e-9));
+    float expected = p0[5].item<float>();
+    for (int step = 0; step < 5; ++step) expected *= static_cast<float>(1.0 - lr * 0.1);
+    EXPECT_EQ(master[5].item<float>(), expected) << "sign(0) must be 0";
+  }
 }
 
 // torch::optim on the same fp32 tensors (16-bit gradients converted to fp32 first, which is

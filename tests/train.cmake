@@ -78,6 +78,35 @@ if(TARGET zero-train)
                    ${CMAKE_CURRENT_BINARY_DIR}/train/run-stage3/metrics.csv 1e-4)
   set_tests_properties(zero_train_stage3_matches_stage2 PROPERTIES
                        FIXTURES_REQUIRED zero_train_stage2_and_3)
+  # The example configs of the other optimizers (configs/adagrad.json, configs/lion.json, at
+  # stage 2) train, in fp32 (their bf16 section taken out: "auto" would measure the GEMMs and
+  # might compute the two runs in different dtypes), with the summary's memory figures equal
+  # to the formula for their state, and the same config at stage 3 gives the same per-step
+  # losses (clipping's norm, summed in another order, may perturb the last bits).
+  foreach(optimizer adagrad lion)
+    file(READ ${PROJECT_SOURCE_DIR}/configs/${optimizer}.json example)
+    string(REPLACE "  \"bf16\": {\"enabled\": true},\n" "" example "${example}")
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/train/${optimizer}.json "${example}")
+    string(REPLACE "\"stage\": 2" "\"stage\": 3, \"stage3_param_persistence_threshold\": 0"
+           example_stage3 "${example}")
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/train/${optimizer}-stage3.json "${example_stage3}")
+    foreach(variant ${optimizer} ${optimizer}-stage3)
+      set(config ${CMAKE_CURRENT_BINARY_DIR}/train/${variant}.json)
+      string(REPLACE "-" "_" test ${variant})
+      add_test(NAME zero_train_${test}
+               COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_train.sh $<TARGET_FILE:zero-train>
+                       ${ZERO_RUN_SCRIPT} ${config} ${CMAKE_CURRENT_BINARY_DIR}/train/run-${variant}
+                       20 --expect-formula)
+      set_tests_properties(zero_train_${test} PROPERTIES TIMEOUT 600
+                           FIXTURES_SETUP zero_train_${optimizer}_stages)
+    endforeach()
+    add_test(NAME zero_train_${optimizer}_stage3_matches_stage2
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/compare_losses.sh
+                     ${CMAKE_CURRENT_BINARY_DIR}/train/run-${optimizer}/metrics.csv
+                     ${CMAKE_CURRENT_BINARY_DIR}/train/run-${optimizer}-stage3/metrics.csv 1e-4)
+    set_tests_properties(zero_train_${optimizer}_stage3_matches_stage2 PROPERTIES
+                         FIXTURES_REQUIRED zero_train_${optimizer}_stages)
+  endforeach()
   # Stage 3 computing in fp32 from bf16 shards (bf16 in memory and on the wire) follows the
   # fp32 run's loss curve. Not bitwise: the weights it computes with are the bf16 roundings
   # of the fp32 master weights (2e-6 relative at step 1, about 5e-4 after 40 steps here;

@@ -19,22 +19,17 @@ int64_t grad_bytes_per_element(const Config& c) {
   return c10::elementSize(kept_gradient_dtype(c));
 }
 
-// Model-state bytes per parameter the ZeRO paper predicts for this stage and precision, with
-// Adam: parameters, gradients (grad_bytes_per_element), fp32 master weights (none when the
-// parameters are fp32: they serve) and fp32 m and v. 16-bit, 16-bit gradients: 16 / 4 + 12/N /
-// 2 + 14/N / 16/N for stages 0 / 1 / 2 / 3; fp32: 16 / 8 + 8/N / 4 + 12/N / 16/N.
-double zero_formula_bytes_per_param(const Config& c, int world) {
-  const int stage = c.zero_optimization.stage;
-  const double n = world;
-  const double param = static_cast<double>(c10::elementSize(c.param_dtype));
-  const double grad = static_cast<double>(grad_bytes_per_element(c));
-  const double master_and_adam = c.param_dtype == at::kFloat ? 8 : 12;
-  switch (stage) {
-    case 0: return param + grad + master_and_adam;
-    case 1: return param + grad + master_and_adam / n;
-    case 2: return param + (grad + master_and_adam) / n;
-    default: return (param + grad + master_and_adam) / n;  // stage 3: everything partitioned
-  }
+// Model-state bytes per parameter the ZeRO paper predicts for this stage, precision and
+// optimizer (K = the fp32 master weights and the optimizer's state: 12 with Adam and 16-bit
+// parameters, 8 with fp32 ones, which serve as their own master; 8 / 4 with Lion, Adagrad or
+// SGD with momentum): 16-bit, 16-bit gradients with Adam: 16 / 4 + 12/N / 2 + 14/N / 16/N for
+// stages 0 / 1 / 2 / 3. estimate_state computes them (zero/memory.h), here per parameter of a
+// count so large that rounding a shard up to whole elements changes nothing printed.
+double zero_formula_bytes_per_param(const Config& c) {
+  constexpr int64_t kParameters = int64_t{1} << 40;
+  const StateEstimate e = estimate_state(c, kParameters);
+  return static_cast<double>(e.params + e.grads + e.master_params + e.optimizer_state) /
+         static_cast<double>(kParameters);
 }
 
 }  // namespace
@@ -108,7 +103,7 @@ void summarise(const Options& o, const Inputs& in, const Planned& planned, Train
   const double theory = rs_theory + ag_theory;
   std::vector<SummaryRow> rows;
   rows.push_back({"", "measured", "expected"});
-  const double formula = zero_formula_bytes_per_param(config, world);
+  const double formula = zero_formula_bytes_per_param(config);
   for (int r = 0; r < world; ++r) {
     char expected[96];
     std::snprintf(expected, sizeof(expected), "%s (ZeRO-%d: %.2f B/param x %.2fM)",

@@ -44,6 +44,8 @@ enum class OptimizerType {
   kAdamW,  // decoupled weight decay (DeepSpeed "AdamW", or "Adam" with adam_w_mode true)
   kAdam,   // L2 weight decay added to the gradient ("Adam" with adam_w_mode false)
   kSGD,    // SGD with optional momentum / nesterov, torch semantics
+  kAdagrad,  // torch.optim.Adagrad's update (weight decay added to the gradient)
+  kLion,     // Lion (Chen et al. 2023): the sign of an interpolated momentum, decoupled decay
 };
 
 struct ZERO_API OptimizerConfig {
@@ -58,6 +60,11 @@ struct ZERO_API OptimizerConfig {
   double momentum = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
+  // Adagrad only: the step's lr is lr / (1 + (step - 1) lr_decay); the sum of squared
+  // gradients starts at initial_accumulator_value. (Its eps defaults to 1e-10 and lr to 1e-2,
+  // set by the parser.)
+  double lr_decay = 0.0;
+  double initial_accumulator_value = 0.0;
 };
 
 /// fp16 loss scaling, DeepSpeed semantics (runtime/fp16/loss_scaler.py). We use the documented

@@ -45,6 +45,7 @@
 
 #include "checkpoint/format.h"
 #include "common/bounded_input.h"
+#include "optim/optimizer_state.h"
 #include "zero/error.h"
 #include "zero/files.h"
 #include "zero/safetensors.h"
@@ -70,14 +71,6 @@ void fsync_directory(const fs::path& dir) {
   ZERO_CHECK(rc == 0, system_error("cannot fsync", dir));
 }
 
-const char* optimizer_name(OptimizerType type) {
-  switch (type) {
-    case OptimizerType::kAdamW: return "AdamW";
-    case OptimizerType::kAdam: return "Adam";
-    case OptimizerType::kSGD: return "SGD";
-  }
-  return "unknown";
-}
 
 }  // namespace
 
@@ -193,7 +186,7 @@ std::string save_checkpoint(CheckpointSubject& subject, const std::string& dir,
       metadata["stage"] = config.zero_optimization.stage;
       metadata["param_dtype"] = dtype_name(state.param_dtype());
       metadata["master_dtype"] = "fp32";
-      metadata["optimizer"] = {{"type", optimizer_name(config.optimizer.type)},
+      metadata["optimizer"] = {{"type", optimizer_type_name(config.optimizer.type)},
                                {"state", Json::array()}};
       for (size_t k = 1; k < state.part_names().size(); ++k) {
         metadata["optimizer"]["state"].push_back(state.part_names()[k]);
@@ -357,7 +350,7 @@ std::string load_checkpoint(CheckpointSubject& subject, const std::string& dir,
     ZERO_CHECK(saved_shapes.size() == params.size(), "checkpoint '", checkpoint_dir.string(),
                "' is of a different model: it has ", saved_shapes.size(),
                " trainable parameters, this model ", params.size());
-    const std::string configured = optimizer_name(subject.config().optimizer.type);
+    const std::string configured = optimizer_type_name(subject.config().optimizer.type);
     ZERO_CHECK(metadata.optimizer == configured, "checkpoint '", checkpoint_dir.string(),
                "' was saved with optimizer ", metadata.optimizer, " but this config uses ",
                configured);

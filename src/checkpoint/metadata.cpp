@@ -9,6 +9,7 @@
 #include <set>
 
 #include "checkpoint/format.h"
+#include "optim/optimizer_state.h"
 #include "zero/config.h"
 #include "zero/error.h"
 
@@ -130,12 +131,6 @@ class Fields {
 
   const std::string& path_;
 };
-
-// Adam and AdamW keep two moments; SGD one (momentum) or none.
-bool state_fits_optimizer(const std::string& optimizer, const std::vector<std::string>& state) {
-  if (optimizer == "SGD") return state.empty() || state == std::vector<std::string>{"exp_avg"};
-  return state == std::vector<std::string>{"exp_avg", "exp_avg_sq"};
-}
 
 void parse_counters(const Fields& f, const Json& metadata, Metadata& m) {
   const Json& json = f.field(metadata, "", "counters", "an object");
@@ -422,15 +417,14 @@ Metadata parse_metadata(const Json& json, const std::string& path, const std::st
   const Json& optimizer = f.field(json, "", "optimizer", "an object {type, state}");
   if (!optimizer.is_object()) f.invalid("optimizer", &optimizer, "an object {type, state}");
   f.only_keys(optimizer, "optimizer", {"type", "state"});
-  m.optimizer = f.string(optimizer, "optimizer.", "type", {"AdamW", "Adam", "SGD"});
+  m.optimizer =
+      f.string(optimizer, "optimizer.", "type", {"AdamW", "Adam", "SGD", "Adagrad", "Lion"});
   const Json& state = optimizer.at("state");
   bool strings = state.is_array();
   for (const Json& kind : state) strings = strings && kind.is_string();
   if (strings) m.optimizer_state = state.get<std::vector<std::string>>();
   if (!strings || !state_fits_optimizer(m.optimizer, m.optimizer_state)) {
-    f.invalid("optimizer.state", &state,
-              m.optimizer == "SGD" ? "[] or [\"exp_avg\"] (SGD without or with momentum)"
-                                   : "[\"exp_avg\", \"exp_avg_sq\"] (" + m.optimizer + ")");
+    f.invalid("optimizer.state", &state, allowed_states(m.optimizer));
   }
 
   parse_counters(f, json, m);

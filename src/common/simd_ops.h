@@ -55,6 +55,13 @@ struct Ops {
   ZERO_SIMD_INLINE F max(F a, F b) { return _mm512_maskz_max_ps(kAll, a, b); }
   ZERO_SIMD_INLINE F min(F a, F b) { return _mm512_maskz_min_ps(kAll, a, b); }
   ZERO_SIMD_INLINE void store_param(float* p, F x) { _mm512_storeu_ps(p, x); }
+  // 1 where a > 0, -1 where a < 0, +0 where a is +-0, NaN where a is NaN (torch.sign).
+  ZERO_SIMD_INLINE F sign(F a) {
+    const F zero = _mm512_setzero_ps();
+    F r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, zero, _CMP_EQ_OQ), a, zero);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, zero, _CMP_GT_OQ), r, _mm512_set1_ps(1.0f));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, zero, _CMP_LT_OQ), r, _mm512_set1_ps(-1.0f));
+  }
   // Round to nearest even, as std::nearbyint in the default rounding mode.
   ZERO_SIMD_INLINE F round(F a) {
     return _mm512_maskz_roundscale_ps(kAll, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -126,6 +133,12 @@ struct Ops {
   ZERO_SIMD_INLINE F max(F a, F b) { return _mm256_max_ps(a, b); }
   ZERO_SIMD_INLINE F min(F a, F b) { return _mm256_min_ps(a, b); }
   ZERO_SIMD_INLINE void store_param(float* p, F x) { _mm256_storeu_ps(p, x); }
+  ZERO_SIMD_INLINE F sign(F a) {
+    const F zero = _mm256_setzero_ps();
+    F r = _mm256_blendv_ps(a, zero, _mm256_cmp_ps(a, zero, _CMP_EQ_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(1.0f), _mm256_cmp_ps(a, zero, _CMP_GT_OQ));
+    return _mm256_blendv_ps(r, _mm256_set1_ps(-1.0f), _mm256_cmp_ps(a, zero, _CMP_LT_OQ));
+  }
   ZERO_SIMD_INLINE F round(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   ZERO_SIMD_INLINE F pow2(F n) {
     const __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127));

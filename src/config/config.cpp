@@ -151,9 +151,10 @@ void parse_batch(const ObjectView& top, int world_size, Config& config) {
 
 // ---- optimizer ----------------------------------------------------------------------------
 
-void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfig& optimizer,
-                       std::vector<std::string>& notes) {
-  optimizer.lr = params.get_number("lr", OptimizerConfig{}.lr, non_negative, "a number >= 0");
+constexpr const char* kAllowedTypes = "Adam, AdamW, SGD, Adagrad, Lion (case-insensitive)";
+
+// optimizer.params.betas: [beta1, beta2], each in [0, 1) (Adam's and Lion's).
+void parse_betas(const ObjectView& params, OptimizerConfig& optimizer) {
   if (const Json* betas = params.given("betas")) {
     const char* expected = "an array [beta1, beta2] of two numbers, each in [0, 1)";
     if (!betas->is_array() || betas->size() != 2) params.invalid("betas", *betas, expected);
@@ -165,6 +166,12 @@ void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfi
     optimizer.beta1 = (*betas)[0].get<double>();
     optimizer.beta2 = (*betas)[1].get<double>();
   }
+}
+
+void parse_adam_params(const ObjectView& params, bool adamw_type, OptimizerConfig& optimizer,
+                       std::vector<std::string>& notes) {
+  optimizer.lr = params.get_number("lr", OptimizerConfig{}.lr, non_negative, "a number >= 0");
+  parse_betas(params, optimizer);
   const OptimizerConfig defaults;
   optimizer.eps = params.get_number("eps", defaults.eps, positive, "a number > 0");
   optimizer.weight_decay =
@@ -215,6 +222,35 @@ void parse_sgd_params(const ObjectView& params, OptimizerConfig& optimizer,
   }
 }
 
+// torch.optim.Adagrad's parameters (DeepSpeed builds it, or DeepSpeedCPUAdagrad when the
+// optimizer is offloaded, from optimizer.params), with its defaults: lr 1e-2, eps 1e-10.
+void parse_adagrad_params(const ObjectView& params, OptimizerConfig& optimizer,
+                          std::vector<std::string>& notes) {
+  optimizer.type = OptimizerType::kAdagrad;
+  optimizer.lr = params.get_number("lr", 1e-2, non_negative, "a number >= 0");
+  optimizer.eps = params.get_number("eps", 1e-10, positive, "a number > 0");
+  optimizer.weight_decay = params.get_number("weight_decay", 0.0, non_negative, "a number >= 0");
+  optimizer.lr_decay = params.get_number("lr_decay", 0.0, non_negative, "a number >= 0");
+  optimizer.initial_accumulator_value =
+      params.get_number("initial_accumulator_value", 0.0, non_negative, "a number >= 0");
+  for (const DefaultOnlyKey& spec : config_detail::adagrad_params_default_only()) {
+    check_default_only(params, spec, notes);
+  }
+}
+
+// Lion's parameters as DeepSpeedCPULion and FusedLion take them, with their defaults: lr 1e-3,
+// betas [0.9, 0.999] (the paper suggests [0.9, 0.99]).
+void parse_lion_params(const ObjectView& params, OptimizerConfig& optimizer,
+                       std::vector<std::string>& notes) {
+  optimizer.type = OptimizerType::kLion;
+  optimizer.lr = params.get_number("lr", 1e-3, non_negative, "a number >= 0");
+  parse_betas(params, optimizer);
+  optimizer.weight_decay = params.get_number("weight_decay", 0.0, non_negative, "a number >= 0");
+  for (const DefaultOnlyKey& spec : config_detail::lion_params_default_only()) {
+    check_default_only(params, spec, notes);
+  }
+}
+
 void parse_optimizer(const ObjectView& top, Config& config) {
   const std::string& source = top.source();
   const Json* section = top.given("optimizer");
@@ -222,9 +258,9 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     fail(source,
          "the 'optimizer' section is required: zero builds the optimizer from the config and "
          "takes no client optimizer; e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": "
-         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD). A trainer makes the Hugging Face "
-         "Trainer's AdamW when it is missing: zero-train does, and parse_config with "
-         "TrainerValues");
+         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD, Adagrad, Lion). A trainer makes "
+         "the Hugging Face Trainer's AdamW when it is missing: zero-train does, and "
+         "parse_config with TrainerValues");
   }
   ObjectView optimizer(*section, "optimizer", source);
   optimizer.check_keys(config_detail::optimizer_keys());
@@ -234,29 +270,28 @@ void parse_optimizer(const ObjectView& top, Config& config) {
 
   const Json* type_json = optimizer.raw("type");
   if (type_json == nullptr || type_json->is_null()) {
-    fail(source, "optimizer.type is required; allowed: Adam, AdamW, SGD (case-insensitive)");
+    fail(source, "optimizer.type is required; allowed: " + std::string(kAllowedTypes));
   }
   if (!type_json->is_string()) {
-    optimizer.invalid("type", *type_json, "a string: Adam, AdamW or SGD (case-insensitive)");
+    optimizer.invalid("type", *type_json, "a string: " + std::string(kAllowedTypes));
   }
   const std::string type = lower(type_json->get<std::string>());
-  static const std::vector<std::string> kNotYet = {"lamb",   "adagrad", "lion",
-                                                   "muadam", "muadamw", "musgd"};
+  static const std::vector<std::string> kNotYet = {"lamb", "muon", "muadam", "muadamw", "musgd"};
   static const std::vector<std::string> kOneBit = {"onebitadam", "zerooneadam", "onebitlamb"};
   if (std::find(kOneBit.begin(), kOneBit.end(), type) != kOneBit.end()) {
     fail(source, "optimizer.type = " + show(*type_json) +
                      ": zero does not have DeepSpeed's 1-bit optimizers (compressed "
-                     "communication); use Adam, AdamW or SGD");
+                     "communication); use " + std::string(kAllowedTypes));
   }
-  if (type != "adam" && type != "adamw" && type != "sgd") {
+  if (type != "adam" && type != "adamw" && type != "sgd" && type != "adagrad" && type != "lion") {
     if (std::find(kNotYet.begin(), kNotYet.end(), type) != kNotYet.end()) {
       optimizer.not_supported("type", *type_json,
-                              "supported types: Adam, AdamW, SGD (case-insensitive)");
+                              "supported types: " + std::string(kAllowedTypes));
     }
     static const std::vector<std::string> kKnown = {
         "Adam",    "AdamW", "SGD",  "Lamb",   "OneBitAdam", "ZeroOneAdam", "OneBitLamb",
-        "Adagrad", "Lion",  "MuAdam", "MuAdamW", "MuSGD"};
-    std::string expected = "one of Adam, AdamW, SGD (case-insensitive)";
+        "Adagrad", "Lion",  "Muon", "MuAdam", "MuAdamW",    "MuSGD"};
+    std::string expected = "one of " + std::string(kAllowedTypes);
     const std::string suggestion = closest_match(type, kKnown);
     if (!suggestion.empty()) expected += "; did you mean '" + suggestion + "'?";
     optimizer.invalid("type", *type_json, expected);
@@ -276,6 +311,14 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     params.check_keys(all_keys(config_detail::sgd_params_implemented_keys(),
                                config_detail::sgd_params_default_only()));
     parse_sgd_params(params, result, config.notes);
+  } else if (type == "adagrad") {
+    params.check_keys(all_keys(config_detail::adagrad_params_implemented_keys(),
+                               config_detail::adagrad_params_default_only()));
+    parse_adagrad_params(params, result, config.notes);
+  } else if (type == "lion") {
+    params.check_keys(all_keys(config_detail::lion_params_implemented_keys(),
+                               config_detail::lion_params_default_only()));
+    parse_lion_params(params, result, config.notes);
   } else {
     params.check_keys(all_keys(config_detail::adam_params_implemented_keys(),
                                config_detail::adam_params_default_only()));
@@ -1126,6 +1169,16 @@ std::string effective_json(const Config& config) {
       params["momentum"] = opt.momentum;
       params["dampening"] = opt.dampening;
       params["nesterov"] = opt.nesterov;
+      break;
+    case OptimizerType::kAdagrad:
+      type = "Adagrad";
+      params["eps"] = opt.eps;
+      params["lr_decay"] = opt.lr_decay;
+      params["initial_accumulator_value"] = opt.initial_accumulator_value;
+      break;
+    case OptimizerType::kLion:
+      type = "Lion";
+      params["betas"] = Json::array({opt.beta1, opt.beta2});
       break;
   }
   root["optimizer"] = {{"type", type}, {"params", params}};

@@ -306,6 +306,26 @@ const std::vector<DefaultOnlyKey>& sgd_params_default_only() {
   return keys;
 }
 
+const std::vector<DefaultOnlyKey>& adagrad_params_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      // DeepSpeedCPUAdagrad's (it has no AMSGrad either) and torch.optim.Adagrad's switches.
+      {"amsgrad", Kind::kValue, "false", nullptr, nullptr},
+      {"fp32_optimizer_states", Kind::kValue, "true", nullptr, nullptr},
+      {"maximize", Kind::kValue, "false", nullptr, nullptr},
+      {"foreach", Kind::kValue, "null", nullptr, nullptr},
+      {"differentiable", Kind::kValue, "false", nullptr, nullptr},
+      {"fused", Kind::kValue, "null", nullptr, nullptr},
+  };
+  return keys;
+}
+
+const std::vector<DefaultOnlyKey>& lion_params_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      {"fp32_optimizer_states", Kind::kValue, "true", nullptr, nullptr},
+  };
+  return keys;
+}
+
 const std::vector<std::string>& top_level_implemented_keys() {
   static const std::vector<std::string> keys = {
       "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
@@ -396,6 +416,17 @@ const std::vector<std::string>& adam_params_implemented_keys() {
 const std::vector<std::string>& sgd_params_implemented_keys() {
   static const std::vector<std::string> keys = {
       "lr", "momentum", "dampening", "weight_decay", "nesterov", "max_grad_norm"};
+  return keys;
+}
+
+const std::vector<std::string>& adagrad_params_implemented_keys() {
+  static const std::vector<std::string> keys = {
+      "lr", "eps", "weight_decay", "lr_decay", "initial_accumulator_value", "max_grad_norm"};
+  return keys;
+}
+
+const std::vector<std::string>& lion_params_implemented_keys() {
+  static const std::vector<std::string> keys = {"lr", "betas", "weight_decay", "max_grad_norm"};
   return keys;
 }
 

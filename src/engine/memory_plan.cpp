@@ -38,6 +38,7 @@
 #include "engine/host_offload.h"
 #include "engine/unit_grouping.h"
 #include "offload/swap_file.h"
+#include "optim/optimizer_state.h"
 #include "state/param_store.h"
 #include "zero/error.h"
 #include "zero/memory.h"
@@ -402,7 +403,7 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
   }
   if (e.master_params > 0) add("fp32 master", e.master_params, state_place, "fp32");
   add("optimizer state", e.optimizer_state, state_place,
-      config.optimizer.type == OptimizerType::kSGD ? "momentum, fp32" : "Adam m and v, fp32");
+      optimizer_state_description(config.optimizer));
   if (e.staging + param_staging > 0) {
     add("NVMe staging", e.staging + param_staging, MemoryPlace::kHost,
         "offload_optimizer's buffer_count tiles, offload_param's slots and step tile");

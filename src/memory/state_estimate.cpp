@@ -13,6 +13,7 @@
 #include "common/byte_size.h"
 #include "common/host.h"
 #include "offload/swap_file.h"
+#include "optim/optimizer_state.h"
 #include "state/state_store.h"
 #include "zero/error.h"
 #include "zero/memory.h"
@@ -77,9 +78,7 @@ StateEstimate estimate_state(const Config& config, int64_t num_parameters) {
   const int64_t param = static_cast<int64_t>(c10::elementSize(config.param_dtype));
   const int64_t kept_grad = static_cast<int64_t>(c10::elementSize(kept_gradient_dtype(config)));
   const bool fp32 = config.param_dtype == at::kFloat;
-  const int moments = config.optimizer.type != OptimizerType::kSGD ? 2
-                      : config.optimizer.momentum != 0.0           ? 1
-                                                                   : 0;
+  const auto moments = static_cast<int64_t>(optimizer_state_names(config.optimizer).size());
   StateEstimate e;
   // Stages 0-1 reduce into a full gradient buffer of the parameter dtype; 2-3 keep a shard.
   e.params = zero.stage == 3 ? shard * param : psi * param;

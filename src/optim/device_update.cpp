@@ -22,6 +22,18 @@ void fused_device_update(const OptimizerConfig& config, int64_t step, const at::
     at::_fused_sgd_({master}, {g}, buffers, config.weight_decay, config.momentum, lr,
                     config.dampening, config.nesterov, /*maximize=*/false,
                     /*is_first_step=*/step == 1);
+  } else if (config.type == OptimizerType::kAdagrad) {
+    // torch.optim.Adagrad's update (optim/adagrad_lion.h).
+    if (config.weight_decay != 0.0) g.add_(master, config.weight_decay);
+    moments[0].addcmul_(g, g);
+    const double step_size = lr / (1.0 + static_cast<double>(step - 1) * config.lr_decay);
+    master.addcdiv_(g, moments[0].sqrt().add_(config.eps), -step_size);
+  } else if (config.type == OptimizerType::kLion) {
+    // Lion's update (optim/adagrad_lion.h).
+    const at::Tensor& m = moments[0];
+    master.mul_(1.0 - lr * config.weight_decay);
+    master.add_(m.mul(config.beta1).add_(g, 1.0 - config.beta1).sign_(), -lr);
+    m.mul_(config.beta2).add_(g, 1.0 - config.beta2);
   } else if (config.bias_correction) {
     const at::Tensor steps = at::full({}, static_cast<double>(step),
                                       at::TensorOptions().dtype(at::kFloat).device(master.device()));

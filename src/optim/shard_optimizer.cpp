@@ -15,15 +15,18 @@
 #include "common/parallel.h"
 #include "common/simd_level.h"
 #include "common/simd_ops.h"
+#include "optim/adagrad_lion.h"
 #include "optim/adam_kernels.h"
 #include "optim/device_update.h"
+#include "optim/element_types.h"
+#include "optim/optimizer_state.h"
 #include "zero/error.h"
 
 namespace zero {
 namespace {
 
-// Elements per parallel task: large enough to amortize scheduling, small enough to balance.
-constexpr int64_t kGrainSize = 32768;
+using optim_detail::dispatch_types;
+using optim_detail::kGrainSize;
 
 // The scalar loops are written once, force-inlined into per-ISA wrappers (*_loop_* below) so
 // the compiler vectorizes each for its instruction set; the ISA is picked once per process.
@@ -145,34 +148,10 @@ void sgd_loop(float* master, const Grad* grad, Param* out, float* buf, int64_t b
   }
 }
 
-// Calls fn(grad_ptr, param_out_ptr) with the concrete element types.
-template <typename Fn>
-void dispatch_types(const at::Tensor& grad, const at::Tensor& param_out, Fn&& fn) {
-  auto with_param = [&](auto* g) {
-    if (!param_out.defined()) {
-      fn(g, static_cast<void*>(nullptr));
-    } else if (param_out.scalar_type() == at::kBFloat16) {
-      fn(g, param_out.data_ptr<c10::BFloat16>());
-    } else if (param_out.scalar_type() == at::kHalf) {
-      fn(g, param_out.data_ptr<c10::Half>());
-    } else {
-      ZERO_INTERNAL_ASSERT(false, "unsupported parameter dtype ", param_out.scalar_type());
-    }
-  };
-  switch (grad.scalar_type()) {
-    case at::kFloat: with_param(grad.data_ptr<float>()); break;
-    case at::kBFloat16: with_param(grad.data_ptr<c10::BFloat16>()); break;
-    case at::kHalf: with_param(grad.data_ptr<c10::Half>()); break;
-    default: ZERO_INTERNAL_ASSERT(false, "unsupported gradient dtype ", grad.scalar_type());
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> ShardOptimizer::moment_names() const {
-  if (config_.type != OptimizerType::kSGD) return {"exp_avg", "exp_avg_sq"};
-  if (config_.momentum != 0.0) return {"exp_avg"};
-  return {};
+  return optimizer_state_names(config_);
 }
 
 void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
@@ -219,8 +198,17 @@ void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
     });
     return;
   }
-  adam_update(simd_level(), master, grad, param_out, moments[0], moments[1],
-              adam_scalars(config_, step_count_, grad_multiplier, lr));
+  switch (config_.type) {
+    case OptimizerType::kAdagrad:
+      return adagrad_update(simd_level(), master, grad, param_out, moments[0],
+                            adagrad_scalars(config_, step_count_, grad_multiplier, lr));
+    case OptimizerType::kLion:
+      return lion_update(simd_level(), master, grad, param_out, moments[0],
+                         lion_scalars(config_, grad_multiplier, lr));
+    default:
+      return adam_update(simd_level(), master, grad, param_out, moments[0], moments[1],
+                         adam_scalars(config_, step_count_, grad_multiplier, lr));
+  }
 }
 
 AdamScalars adam_scalars(const OptimizerConfig& config, int64_t step, double grad_multiplier,
@@ -248,11 +236,8 @@ void adam_update(SimdLevel level, const at::Tensor& master, const at::Tensor& gr
                  const at::Tensor& exp_avg_sq, const AdamScalars& s) {
   ZERO_INTERNAL_ASSERT(static_cast<int>(level) <= static_cast<int>(simd_level()),
                        "SIMD level beyond this CPU's");
-  const int64_t numel = master.numel();
-  for (const at::Tensor* t : {&master, &grad, &exp_avg, &exp_avg_sq, &param_out}) {
-    ZERO_INTERNAL_ASSERT(!t->defined() || (t->is_contiguous() && t->numel() == numel),
-                         "Adam operands must be contiguous with ", numel, " elements");
-  }
+  optim_detail::check_operands({&master, &grad, &exp_avg, &exp_avg_sq, &param_out},
+                               master.numel(), "Adam");
   ZERO_INTERNAL_ASSERT(master.scalar_type() == at::kFloat &&
                            exp_avg.scalar_type() == at::kFloat &&
                            exp_avg_sq.scalar_type() == at::kFloat,

@@ -1,4 +1,5 @@
-// The optimizer of the owned shard: Adam/AdamW/SGD over one flat fp32 master tensor, in one
+// The optimizer of the owned shard: Adam/AdamW/SGD/Adagrad/Lion over one flat fp32 master
+// tensor, in one
 // fused, parallel loop that reads the (possibly 16-bit, still summed and scaled) gradient,
 // applies the unscale/clip/average multiplier, updates the fp32 master weights and the
 // optimizer state, and writes the rounded parameter copy.
@@ -18,9 +19,9 @@ class ShardOptimizer {
  public:
   explicit ShardOptimizer(const OptimizerConfig& config) : config_(config) {}
 
-  /// The state it keeps per element, by checkpoint name, in the order update() takes them:
-  /// Adam {"exp_avg", "exp_avg_sq"}, SGD with momentum {"exp_avg"} (the momentum buffer),
-  /// plain SGD none. Whoever owns the shard stores them (src/state/state_store.h).
+  /// The state it keeps per element, by checkpoint name, in the order update() takes them
+  /// (optimizer_state_names, optim/optimizer_state.h). Whoever owns the shard stores them
+  /// (src/state/state_store.h).
   std::vector<std::string> moment_names() const;
 
   /// Starts one optimizer step: advances the step count (Adam's bias correction, SGD's first
@@ -33,7 +34,7 @@ class ShardOptimizer {
   /// (fp32 training), else a bf16/fp16 tensor that receives the rounded master weights.
   /// `moments`: fp32, in moment_names() order, updated in place. Each element's update reads
   /// and writes that element alone, so any split into ranges gives the same bits. Matches
-  /// torch::optim::AdamW / Adam / SGD numerically.
+  /// torch::optim::AdamW / Adam / SGD / Adagrad numerically, and Lion's paper.
   void update(const at::Tensor& master, const at::Tensor& grad, const at::Tensor& param_out,
               const std::vector<at::Tensor>& moments, double grad_multiplier, double lr);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "optim/optimizer_state.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -40,6 +41,17 @@ ShardState::ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamSt
         },
         /*write_back=*/true);
     pass.finish();
+  }
+  // State that does not start at 0 (Adagrad's initial_accumulator_value), a tile at a time;
+  // a checkpoint's state, when one is loaded, replaces it (commit).
+  const std::vector<double> initial = optimizer_state_initial_values(optimizer);
+  if (std::any_of(initial.begin(), initial.end(), [](double v) { return v != 0.0; })) {
+    const size_t first = master_in_store() ? 1 : 0;
+    store_->for_each_tile(
+        [&](int64_t, int64_t, const std::vector<at::Tensor>& parts) {
+          for (size_t k = 0; k < initial.size(); ++k) parts[first + k].fill_(initial[k]);
+        },
+        /*write_back=*/true);
   }
   ZERO_INTERNAL_ASSERT(!gradient_.defined() || gradient_.numel() == numel(), "gradient shard of ",
                        gradient_.defined() ? gradient_.numel() : 0, " elements for a space of ",
