@@ -3,8 +3,9 @@
 //              --record-mib, --buffers in flight: the swapper's bandwidth, to set beside the
 //              disk's own limit (bench/disk_limit.sh, fio at the same block size), with and
 //              without the records' checksums (Note [Swap record checksums]), interleaved;
-//   optimizer  ShardOptimizer (AdamW) on --numel elements with --threads: elements/s, to set
-//              beside DeepSpeed's CPU Adam on the same sizes (bench/deepspeed_cpu_adam.py);
+//   optimizer  ShardOptimizer (--optimizer adamw | adagrad | lion) on --numel elements with
+//              --threads: elements/s, to set beside DeepSpeed's CPU op on the same sizes
+//              (bench/deepspeed_cpu_adam.py);
 //              --grad-dtype fp32|bf16|fp16 and --param-dtype none|bf16|fp16 (the rounded copy);
 //              run it with --bind-to none (mpirun binds one rank to one core by default);
 //   step       ShardState::step of --numel fp32 parameters with the moments in memory and on
@@ -58,6 +59,7 @@ struct Options {
   int64_t block_size = 1 << 20;
   int64_t queue_depth = 8;
   std::string grad_dtype = "fp32";
+  std::string optimizer = "adamw";  // optimizer: adamw | adagrad | lion
   std::string param_dtype = "none";
 };
 
@@ -148,10 +150,23 @@ at::ScalarType dtype_of(const std::string& name) {
 }
 
 void optimizer(const Options& o) {
-  zero::OptimizerConfig config;  // AdamW as bench/deepspeed_cpu_adam.py: lr 1e-3, wd 0.01
-  config.type = zero::OptimizerType::kAdamW;
+  // As bench/deepspeed_cpu_adam.py steps them: lr 1e-3, weight decay 0.01 (Adagrad: lr 1e-2,
+  // eps 1e-10, no decay, DeepSpeedCPUAdagrad's defaults).
+  zero::OptimizerConfig config;
   config.lr = 1e-3;
   config.weight_decay = 0.01;
+  if (o.optimizer == "adamw") {
+    config.type = zero::OptimizerType::kAdamW;
+  } else if (o.optimizer == "adagrad") {
+    config.type = zero::OptimizerType::kAdagrad;
+    config.lr = 1e-2;
+    config.eps = 1e-10;
+    config.weight_decay = 0.0;
+  } else if (o.optimizer == "lion") {
+    config.type = zero::OptimizerType::kLion;
+  } else {
+    throw std::invalid_argument("--optimizer " + o.optimizer + ": adamw, adagrad or lion");
+  }
   zero::ShardOptimizer opt(config);
   cpu_set_t allowed;
   const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
@@ -164,7 +179,8 @@ void optimizer(const Options& o) {
   at::Tensor grad = (at::randn({o.numel}) * 0.01).to(dtype_of(o.grad_dtype));
   at::Tensor param_out;
   if (o.param_dtype != "none") param_out = at::empty({o.numel}, dtype_of(o.param_dtype));
-  std::vector<at::Tensor> moments = {at::zeros({o.numel}), at::zeros({o.numel})};
+  std::vector<at::Tensor> moments;
+  for (size_t k = 0; k < opt.moment_names().size(); ++k) moments.push_back(at::zeros({o.numel}));
   opt.begin_step();
   opt.update(param, grad, param_out, moments, 1.0, config.lr);  // warm-up
   const auto t0 = Clock::now();
@@ -174,9 +190,9 @@ void optimizer(const Options& o) {
   }
   const double per_step = since(t0) / o.rounds;
   std::printf("zero_shard_optimizer elements_per_s=%.4g numel=%lld steps=%d threads=%d "
-              "allowed_cores=%d seconds_per_step=%.4f mode=adamw grad=%s param_out=%s\n",
+              "allowed_cores=%d seconds_per_step=%.4f mode=%s grad=%s param_out=%s\n",
               static_cast<double>(o.numel) / per_step, static_cast<long long>(o.numel), o.rounds,
-              at::get_num_threads(), cores, per_step, o.grad_dtype.c_str(),
+              at::get_num_threads(), cores, per_step, o.optimizer.c_str(), o.grad_dtype.c_str(),
               o.param_dtype.c_str());
 }
 
@@ -251,6 +267,7 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", o.block_size, "aio.block_size");
   app.add_option("--queue-depth", o.queue_depth, "aio.queue_depth");
   app.add_option("--grad-dtype", o.grad_dtype, "optimizer: gradient dtype, fp32 | bf16 | fp16");
+  app.add_option("--optimizer", o.optimizer, "optimizer: adamw | adagrad | lion");
   app.add_option("--param-dtype", o.param_dtype,
                  "optimizer: parameter copy dtype, none | bf16 | fp16");
   CLI11_PARSE(app, argc, argv);

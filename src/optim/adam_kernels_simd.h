@@ -4,26 +4,14 @@
 // and Ops (common/simd_ops.h: kLanes, the vector type F, set1, load, store, add, sub, mul, div,
 // sqrt, load_grad: fp32/bf16/fp16 -> fp32 exactly, store_param: rounded as c10 rounds). The
 // includer defines adam_kernel, the scalar loop (the reference), used for the tail.
-// adam_simd<kPrefetch> issues software prefetches or leaves them to the hardware.
+// adam_simd<kPrefetch> issues software prefetches or leaves them to the hardware
+// (optim/prefetch.h).
 // Every operation of the scalar loop appears here once, in the same order and with the same
 // operands, as one IEEE-rounded vector instruction (mul, add, sub, div, sqrt: no FMA), so the
 // two give the same bits (tests/test_optimizer.cpp checks it for every level and dtype).
 
-// Elements per iteration: two cache lines of each fp32 stream.
-constexpr int64_t kSimdBlock = 32;
-// Software prefetch this many elements ahead (2 KiB of each fp32 stream), where kPrefetch.
-// The loop is bound by memory bandwidth. Measured on 50M elements (docs/benchmarks.md): on a
-// Xeon (AVX-512) the prefetches raised it by 8-12 % over the hardware prefetchers alone; on an
-// AMD EPYC (Zen 4, AVX-512) they lowered it by 15 % on one thread and changed nothing
-// measurable on two. The includer picks per CPU vendor (software_prefetch()).
-constexpr int64_t kPrefetchAhead = 512;
-
-// A prefetch of element `i` of `base` (which may lie past the end: prefetches do not fault).
-template <typename T>
-[[gnu::always_inline]] inline void prefetch(const T* base, int64_t i) {
-  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) +
-                                                   static_cast<uintptr_t>(i) * sizeof(T)));
-}
+using optim_detail::kSimdBlock;
+using optim_detail::prefetch_block;
 
 template <bool kPrefetch, typename Grad, typename Param>
 ZERO_SIMD_TARGET void adam_simd(float* master, const Grad* grad, Param* out, float* m, float* v,
@@ -43,15 +31,7 @@ ZERO_SIMD_TARGET void adam_simd(float* master, const Grad* grad, Param* out, flo
   const F step_size = Ops::set1(s.step_size);
   int64_t i = begin;
   for (; i + kSimdBlock <= end; i += kSimdBlock) {
-    if constexpr (kPrefetch) {
-      for (int64_t line = 0; line < kSimdBlock; line += 16) {  // 16 fp32 = one 64-byte line
-        const int64_t ahead = i + kPrefetchAhead + line;
-        prefetch(master, ahead);
-        prefetch(m, ahead);
-        prefetch(v, ahead);
-        if (sizeof(Grad) == 4 || line == 0) prefetch(grad, ahead);
-      }
-    }
+    if constexpr (kPrefetch) prefetch_block(i, grad, master, m, v);
     for (int64_t j = i; j < i + kSimdBlock; j += W) {
       F p = Ops::load(master + j);
       F g = Ops::mul(Ops::load_grad(grad + j), grad_multiplier);

@@ -20,6 +20,7 @@
 #include "optim/device_update.h"
 #include "optim/element_types.h"
 #include "optim/optimizer_state.h"
+#include "optim/prefetch.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -103,19 +104,7 @@ ZERO_DEFINE_LOOPS(avx512, )
 #include "common/simd_per_isa.h"
 #undef ZERO_SIMD_LOOPS
 
-// Whether the vector loops issue software prefetches (adam_kernels_simd.h): measured faster
-// on Intel, slower on AMD (Zen 4), so only on Intel.
-bool software_prefetch() {
-#if defined(__x86_64__)
-  static const bool intel = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_is("intel") != 0;
-  }();
-  return intel;
-#else
-  return false;
-#endif
-}
+using optim_detail::software_prefetch;
 
 template <typename Grad, typename Param>
 void adam_loop(SimdLevel level, float* master, const Grad* grad, Param* out, float* m, float* v,
