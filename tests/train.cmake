@@ -213,6 +213,20 @@ if(TARGET zero-train)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_reshard_train.sh $<TARGET_FILE:zero-train>
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/reshard-llama llama-tiny)
   set_tests_properties(zero_train_reshard_llama PROPERTIES TIMEOUT 600)
+  # Adagrad's and Lion's state through the same reshard, on gpt2-tiny.
+  foreach(optimizer "Adagrad|{\"type\": \"Adagrad\", \"params\": {\"lr\": 0.02, \"initial_accumulator_value\": 0.1}}"
+                    "Lion|{\"type\": \"Lion\", \"params\": {\"lr\": 3e-4, \"weight_decay\": 0.1}}")
+    string(FIND "${optimizer}" "|" bar)
+    string(SUBSTRING "${optimizer}" 0 ${bar} name)
+    math(EXPR json_start "${bar} + 1")
+    string(SUBSTRING "${optimizer}" ${json_start} -1 json)
+    string(TOLOWER ${name} lower)
+    add_test(NAME zero_train_reshard_${lower}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_reshard_train.sh
+                     $<TARGET_FILE:zero-train> ${ZERO_RUN_SCRIPT}
+                     ${CMAKE_CURRENT_BINARY_DIR}/train/reshard-${lower} gpt2-tiny "${json}")
+    set_tests_properties(zero_train_reshard_${lower} PROPERTIES TIMEOUT 600)
+  endforeach()
   add_test(NAME zero_train_readme_usage
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_readme_usage.sh $<TARGET_FILE:zero-train>
                    ${PROJECT_SOURCE_DIR}/README.md)

@@ -3,16 +3,20 @@
 # 3, resumed at 1 rank at stage 2 and at 4 ranks at stage 1, with the same global batch; the
 # resumed steps' losses are within 1e-4 relative of the uninterrupted 2-rank run's (fp32; measured
 # bitwise equal, Note [Deterministic reduction], but the bound allows another summation order).
-#   check_reshard_train.sh ZERO_TRAIN ZERO_RUN WORK_DIR [MODEL]
+# OPTIMIZER (a JSON optimizer section, default AdamW with lr 3e-3) carries its state through the
+# reshard too (Adagrad's sum, Lion's momentum).
+#   check_reshard_train.sh ZERO_TRAIN ZERO_RUN WORK_DIR [MODEL] [OPTIMIZER]
 set -uo pipefail
 zero_train="$1"; zero_run="$2"; work="$3"; model="${4:-llama-tiny}"
+optimizer='{"type": "AdamW", "params": {"lr": 3e-3}}'
+[ $# -ge 5 ] && optimizer="$5"
 cd "$(dirname "$0")/../.." || exit 1
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "CHECK FAILED: $*"; exit 1; }
 config() {  # STAGE: the config file of that stage
   cat > "$work/stage$1.json" <<JSON
 {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
- "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+ "optimizer": $optimizer,
  "zero_optimization": {"stage": $1}, "seed": 7}
 JSON
   echo "$work/stage$1.json"
@@ -40,4 +44,5 @@ for target in "1 2" "4 1"; do
   [ "$(losses "$out" 3 | wc -l)" -eq 3 ] || fail "not 3 resumed steps at $ranks rank(s)"
   echo "[$ranks rank(s), stage $stage] ok"
 done
-echo "OK: $model's checkpoint (2 ranks, stage 3) reshards to 1 rank at stage 2 and 4 at stage 1"
+echo "OK: $model's checkpoint (2 ranks, stage 3; $optimizer) reshards to 1 rank at stage 2 and" \
+  "4 at stage 1"
