@@ -189,8 +189,33 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
       m.mul_(beta2).add_(g, 1.0 - beta2);
     }
   };
-  if (options.optimizer == "Lion") {
-    // stepped by lion_step
+  // LAMB as DeepSpeed's FusedLamb (optim/lamb.h), defaults but the weight decay.
+  std::vector<at::Tensor> lamb_m, lamb_v;
+  int lamb_steps = 0;
+  auto lamb_step = [&] {
+    at::NoGradGuard no_grad;
+    ++lamb_steps;
+    const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    const double bc1 = 1.0 - std::pow(beta1, lamb_steps), bc2 = 1.0 - std::pow(beta2, lamb_steps);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      at::Tensor& p = parameters[i];
+      const at::Tensor g = p.grad();
+      if (lamb_m.size() <= i) {
+        lamb_m.push_back(at::zeros_like(p));
+        lamb_v.push_back(at::zeros_like(p));
+      }
+      lamb_m[i].mul_(beta1).add_(g, 1.0 - beta1);
+      lamb_v[i].mul_(beta2).addcmul_(g, g, 1.0 - beta2);
+      const at::Tensor u = (lamb_m[i] / bc1) / ((lamb_v[i] / bc2).sqrt() + eps) +
+                           options.weight_decay * p;
+      const double w_norm = p.norm().item<double>(), u_norm = u.norm().item<double>();
+      const double trust =
+          w_norm > 0 && u_norm > 0 ? std::min(std::max(w_norm / u_norm, 0.01), 10.0) : 1.0;
+      p.add_(u, -options.lr * trust);
+    }
+  };
+  if (options.optimizer == "Lion" || options.optimizer == "Lamb") {
+    // stepped by lion_step / lamb_step
   } else if (options.optimizer == "Adagrad") {
     optimizer = std::make_unique<torch::optim::Adagrad>(
         parameters, torch::optim::AdagradOptions(options.lr)
@@ -232,6 +257,8 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
     }
     if (optimizer) {
       optimizer->step();
+    } else if (options.optimizer == "Lamb") {
+      lamb_step();
     } else {
       lion_step();
     }

@@ -44,7 +44,8 @@ struct RunOptions {
   double lr = 1e-3;
   double weight_decay = 0.01;
   // "AdamW" | "Adam" (L2 decay, adam_w_mode false) | "SGD" (with `momentum`, `nesterov`) |
-  // "Adagrad" (with `lr_decay`, `initial_accumulator_value`) | "Lion" (betas 0.9, 0.99).
+  // "Adagrad" (with `lr_decay`, `initial_accumulator_value`) | "Lion" (betas 0.9, 0.99) |
+  // "Lamb" (DeepSpeed's FusedLamb defaults).
   std::string optimizer = "AdamW";
   double momentum = 0.0;
   bool nesterov = false;

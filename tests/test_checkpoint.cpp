@@ -170,14 +170,14 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
   }
 }
 
-// Adagrad (its sum starting at initial_accumulator_value) and Lion keep their state in
+// Adagrad (its sum starting at initial_accumulator_value), Lion and LAMB keep their state in
 // checkpoints as Adam does: resumed at every stage, in memory and with the state on NVMe
 // (saved one way, loaded the other), they give the uninterrupted run's losses and parameters
 // bit for bit; and a checkpoint names its optimizer, so loading it under the other refuses.
-TEST(Checkpoint, AdagradAndLionResumeBitExactly) {
+TEST(Checkpoint, AdagradLionAndLambResumeBitExactly) {
   const ModelSpec spec = tiny_gpt2_spec();
   const std::string nvme = shared_dir("adagrad-lion-nvme");
-  for (const char* type : {"Adagrad", "Lion"}) {
+  for (const char* type : {"Adagrad", "Lion", "Lamb"}) {
     for (int stage = 0; stage <= 3; ++stage) {
       SCOPED_TRACE(std::string(type) + " stage " + std::to_string(stage));
       RunOptions in_memory = fp16_scheduled(stage);
@@ -218,7 +218,7 @@ TEST(Checkpoint, AdagradAndLionResumeBitExactly) {
       }
       if (stage == 2) {
         RunOptions other = in_memory;
-        other.optimizer = std::string(type) == "Lion" ? "Adagrad" : "Lion";
+        other.optimizer = std::string(type) == "Adagrad" ? "Lion" : "Adagrad";
         Trainer wrong = make_trainer(spec, other);
         const std::string dir = shared_dir(std::string("resume-") + type + "2");
         try {

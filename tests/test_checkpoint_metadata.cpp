@@ -58,8 +58,9 @@ Saved random_metadata(std::mt19937_64& rng) {
   const std::vector<std::pair<const char*, Json>> optimizers = {
       {"AdamW", Json{"exp_avg", "exp_avg_sq"}}, {"Adam", Json{"exp_avg", "exp_avg_sq"}},
       {"SGD", Json{"exp_avg"}},                 {"SGD", Json::array()},
-      {"Adagrad", Json{"exp_avg_sq"}},          {"Lion", Json{"exp_avg"}}};
-  const auto& optimizer = optimizers[static_cast<size_t>(pick(rng, 0, 5))];
+      {"Adagrad", Json{"exp_avg_sq"}},          {"Lion", Json{"exp_avg"}},
+      {"Lamb", Json{"exp_avg", "exp_avg_sq"}}};
+  const auto& optimizer = optimizers[static_cast<size_t>(pick(rng, 0, 6))];
   m["optimizer"] = {{"type", optimizer.first}, {"state", optimizer.second}};
   const int64_t global = pick(rng, 0, 1000);
   const int64_t skipped = dtype == "fp16" ? pick(rng, 0, 20) : 0;
@@ -291,7 +292,7 @@ std::vector<Edit> edits() {
        }},
       {"an unknown optimizer", "optimizer.type",
        [](Saved& s, std::mt19937_64&) {
-         s.metadata["optimizer"]["type"] = "Lamb";
+         s.metadata["optimizer"]["type"] = "Muon";
          return true;
        }},
       {"the version as a string", "version",

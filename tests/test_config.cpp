@@ -192,8 +192,22 @@ TEST(Config, Optimizers) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-4);
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.95);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 1.0);
+  // LAMB: DeepSpeed's FusedLamb defaults and keys.
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "LAMB"}})", 1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kLamb);
+  EXPECT_DOUBLE_EQ(c.optimizer.max_coeff, 10.0);
+  EXPECT_DOUBLE_EQ(c.optimizer.min_coeff, 0.01);
+  EXPECT_FALSE(c.optimizer.eps_inside_sqrt);
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "Lamb", "params": {
+      "lr": 2e-3, "betas": [0.9, 0.98], "eps": 1e-6, "weight_decay": 0.01,
+      "bias_correction": false, "max_coeff": 5, "min_coeff": 0.1, "eps_inside_sqrt": true}}})",
+                   1);
+  EXPECT_DOUBLE_EQ(c.optimizer.max_coeff, 5.0);
+  EXPECT_DOUBLE_EQ(c.optimizer.min_coeff, 0.1);
+  EXPECT_TRUE(c.optimizer.eps_inside_sqrt);
+  EXPECT_FALSE(c.optimizer.bias_correction);
   // Each writes itself back as it was read.
-  for (const char* type : {"Adagrad", "Lion"}) {
+  for (const char* type : {"Adagrad", "Lion", "Lamb"}) {
     const std::string json = std::string(R"({"train_batch_size": 4, "optimizer": {"type": ")") +
                              type + R"(", "params": {"lr": 0.003}}})";
     const Config first = parse_config(json, 1);
@@ -613,9 +627,12 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"missing optimizer", R"({"train_batch_size": 8})", 1,
        {"'optimizer' section is required"}},
       {"missing optimizer type", R"({"train_batch_size": 8, "optimizer": {"params": {}}})", 1,
-       {"optimizer.type is required", "Adam, AdamW, SGD, Adagrad, Lion"}},
-      {"Lamb", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})", 1,
-       {"optimizer.type = \"Lamb\" is not supported yet", "Adam, AdamW, SGD, Adagrad, Lion"}},
+       {"optimizer.type is required", "Adam, AdamW, SGD, Adagrad, Lion, Lamb"}},
+      {"Lamb min above max", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb",
+       "params": {"min_coeff": 2, "max_coeff": 1}}})", 1,
+       {"optimizer.params.min_coeff = 2", "optimizer.params.max_coeff = 1"}},
+      {"Lamb amsgrad", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb",
+       "params": {"amsgrad": true}}})", 1, {"optimizer.params.amsgrad = true"}},
       {"Muon", R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}})", 1,
        {"optimizer.type = \"Muon\" is not supported yet"}},
       {"Adagrad amsgrad", R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",

@@ -264,7 +264,8 @@ TEST(MemoryPlan, EachOptimizersStateIsPlannedAsTheEngineHoldsIt) {
                              "momentum"},
                         Case{"{\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}", 0, nullptr},
                         Case{"{\"type\": \"Adagrad\"}", 1, "Adagrad's sum of squares"},
-                        Case{"{\"type\": \"Lion\"}", 1, "Lion's momentum"}}) {
+                        Case{"{\"type\": \"Lion\"}", 1, "Lion's momentum"},
+                        Case{"{\"type\": \"Lamb\"}", 2, "LAMB's m and v"}}) {
     SCOPED_TRACE(c.optimizer);
     const Config config = parse_config(
         std::string("{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": ") + c.optimizer +

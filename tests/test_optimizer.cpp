@@ -14,6 +14,9 @@
 #include <torch/optim/adamw.h>
 
 #include <cstdint>
+#include <cmath>
+#include <limits>
+#include <random>
 #include <cstring>
 #include <algorithm>
 #include <iostream>
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/exact_squares.h"
 #include "common/parallel.h"
 #include "common/simd_level.h"
 #include "engine/engine_core.h"
@@ -346,6 +350,53 @@ TEST(AdagradLionLoops, MatchTheirDefinitions) {
     for (int step = 0; step < 5; ++step) expected *= static_cast<float>(1.0 - lr * 0.1);
     EXPECT_EQ(master[5].item<float>(), expected) << "sign(0) must be 0";
   }
+}
+
+// LAMB's exact sums of squares (common/exact_squares.h): a vector cut into random pieces,
+// each summed in a random order and merged in a random order, gives the same buckets and the
+// same bits, on values from subnormals to 1e30; the value is the true sum to double rounding;
+// an infinity makes it infinite, a NaN NaN.
+TEST(ExactSquares, AnySplitAndOrderGivesTheSameBits) {
+  std::mt19937_64 rng(42);
+  std::vector<float> values;
+  std::uniform_real_distribution<double> exponent(-45, 30), unit(-1, 1);
+  for (int i = 0; i < 20000; ++i) {
+    values.push_back(static_cast<float>(unit(rng) * std::pow(10.0, exponent(rng))));
+  }
+  values.push_back(std::numeric_limits<float>::denorm_min());
+  values.push_back(-std::numeric_limits<float>::max() / 4);
+  ExactSquares whole;
+  long double reference = 0;
+  for (float x : values) {
+    whole.add(x);
+    reference += static_cast<long double>(x) * static_cast<long double>(x);
+  }
+  EXPECT_NEAR(static_cast<double>(whole.value() / reference), 1.0, 1e-15);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> shuffled = values;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    std::vector<ExactSquares> pieces(1 + rng() % 7);
+    for (float x : shuffled) pieces[rng() % pieces.size()].add(x);
+    std::shuffle(pieces.begin(), pieces.end(), rng);
+    ExactSquares merged;
+    for (const ExactSquares& piece : pieces) merged.merge(piece);
+    ASSERT_EQ(merged.words, whole.words) << "trial " << trial;
+    const double a = merged.value(), b = whole.value();
+    ASSERT_EQ(std::memcmp(&a, &b, sizeof(a)), 0) << "trial " << trial;
+  }
+  ExactSquares special = whole;
+  special.add(std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isinf(special.value()));
+  special.add(std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(special.value()));
+  // Summed in double in another order the sum changes (so the test is not vacuous).
+  double forward = 0, backward = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double x = values[i], y = values[values.size() - 1 - i];
+    forward += x * x;
+    backward += y * y;
+  }
+  EXPECT_NE(forward, backward);
 }
 
 // torch::optim on the same fp32 tensors (16-bit gradients converted to fp32 first, which is

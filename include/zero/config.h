@@ -46,6 +46,8 @@ enum class OptimizerType {
   kSGD,    // SGD with optional momentum / nesterov, torch semantics
   kAdagrad,  // torch.optim.Adagrad's update (weight decay added to the gradient)
   kLion,     // Lion (Chen et al. 2023): the sign of an interpolated momentum, decoupled decay
+  kLamb,     // LAMB (You et al. 2019) as DeepSpeed's FusedLamb: Adam's update per parameter
+             // scaled by the trust ratio ||p|| / ||update||, clamped to [min_coeff, max_coeff]
 };
 
 struct ZERO_API OptimizerConfig {
@@ -65,6 +67,11 @@ struct ZERO_API OptimizerConfig {
   // set by the parser.)
   double lr_decay = 0.0;
   double initial_accumulator_value = 0.0;
+  // LAMB only (beta1, beta2, eps, weight_decay and bias_correction as Adam's): the trust
+  // ratio's clamp, and eps under the square root (sqrt(v + eps)) rather than added to it.
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  bool eps_inside_sqrt = false;
 };
 
 /// fp16 loss scaling, DeepSpeed semantics (runtime/fp16/loss_scaler.py). We use the documented

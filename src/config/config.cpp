@@ -151,7 +151,8 @@ void parse_batch(const ObjectView& top, int world_size, Config& config) {
 
 // ---- optimizer ----------------------------------------------------------------------------
 
-constexpr const char* kAllowedTypes = "Adam, AdamW, SGD, Adagrad, Lion (case-insensitive)";
+constexpr const char* kAllowedTypes =
+    "Adam, AdamW, SGD, Adagrad, Lion, Lamb (case-insensitive)";
 
 // optimizer.params.betas: [beta1, beta2], each in [0, 1) (Adam's and Lion's).
 void parse_betas(const ObjectView& params, OptimizerConfig& optimizer) {
@@ -251,6 +252,35 @@ void parse_lion_params(const ObjectView& params, OptimizerConfig& optimizer,
   }
 }
 
+// DeepSpeed's FusedLamb parameters, with its defaults: Adam's (lr 1e-3, betas [0.9, 0.999],
+// eps 1e-8, bias_correction), weight decay added to the update, and the trust ratio's clamp
+// [min_coeff 0.01, max_coeff 10].
+void parse_lamb_params(const ObjectView& params, OptimizerConfig& optimizer,
+                       std::vector<std::string>& notes) {
+  optimizer.type = OptimizerType::kLamb;
+  const OptimizerConfig defaults;
+  optimizer.lr = params.get_number("lr", defaults.lr, non_negative, "a number >= 0");
+  parse_betas(params, optimizer);
+  optimizer.eps = params.get_number("eps", defaults.eps, positive, "a number > 0");
+  optimizer.weight_decay =
+      params.get_number("weight_decay", defaults.weight_decay, non_negative, "a number >= 0");
+  optimizer.bias_correction = params.get_bool("bias_correction", defaults.bias_correction);
+  optimizer.eps_inside_sqrt = params.get_bool("eps_inside_sqrt", defaults.eps_inside_sqrt);
+  optimizer.max_coeff = params.get_number("max_coeff", defaults.max_coeff, positive, "a number > 0");
+  optimizer.min_coeff =
+      params.get_number("min_coeff", defaults.min_coeff, non_negative, "a number >= 0");
+  if (optimizer.min_coeff > optimizer.max_coeff) {
+    fail(params.source(), params.key_path("min_coeff") + " = " +
+                              show(Json(optimizer.min_coeff)) + " is more than " +
+                              params.key_path("max_coeff") + " = " +
+                              show(Json(optimizer.max_coeff)) +
+                              "; the trust ratio is clamped to [min_coeff, max_coeff]");
+  }
+  for (const DefaultOnlyKey& spec : config_detail::lamb_params_default_only()) {
+    check_default_only(params, spec, notes);
+  }
+}
+
 void parse_optimizer(const ObjectView& top, Config& config) {
   const std::string& source = top.source();
   const Json* section = top.given("optimizer");
@@ -258,7 +288,7 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     fail(source,
          "the 'optimizer' section is required: zero builds the optimizer from the config and "
          "takes no client optimizer; e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": "
-         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD, Adagrad, Lion). A trainer makes "
+         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD, Adagrad, Lion, Lamb). A trainer makes "
          "the Hugging Face Trainer's AdamW when it is missing: zero-train does, and "
          "parse_config with TrainerValues");
   }
@@ -276,14 +306,16 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     optimizer.invalid("type", *type_json, "a string: " + std::string(kAllowedTypes));
   }
   const std::string type = lower(type_json->get<std::string>());
-  static const std::vector<std::string> kNotYet = {"lamb", "muon", "muadam", "muadamw", "musgd"};
+  static const std::vector<std::string> kNotYet = {"muon", "muadam", "muadamw", "musgd"};
   static const std::vector<std::string> kOneBit = {"onebitadam", "zerooneadam", "onebitlamb"};
   if (std::find(kOneBit.begin(), kOneBit.end(), type) != kOneBit.end()) {
     fail(source, "optimizer.type = " + show(*type_json) +
                      ": zero does not have DeepSpeed's 1-bit optimizers (compressed "
                      "communication); use " + std::string(kAllowedTypes));
   }
-  if (type != "adam" && type != "adamw" && type != "sgd" && type != "adagrad" && type != "lion") {
+  static const std::vector<std::string> kTypes = {"adam",    "adamw", "sgd",
+                                                  "adagrad", "lion",  "lamb"};
+  if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
     if (std::find(kNotYet.begin(), kNotYet.end(), type) != kNotYet.end()) {
       optimizer.not_supported("type", *type_json,
                               "supported types: " + std::string(kAllowedTypes));
@@ -319,6 +351,10 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     params.check_keys(all_keys(config_detail::lion_params_implemented_keys(),
                                config_detail::lion_params_default_only()));
     parse_lion_params(params, result, config.notes);
+  } else if (type == "lamb") {
+    params.check_keys(all_keys(config_detail::lamb_params_implemented_keys(),
+                               config_detail::lamb_params_default_only()));
+    parse_lamb_params(params, result, config.notes);
   } else {
     params.check_keys(all_keys(config_detail::adam_params_implemented_keys(),
                                config_detail::adam_params_default_only()));
@@ -1179,6 +1215,15 @@ std::string effective_json(const Config& config) {
     case OptimizerType::kLion:
       type = "Lion";
       params["betas"] = Json::array({opt.beta1, opt.beta2});
+      break;
+    case OptimizerType::kLamb:
+      type = "Lamb";
+      params["betas"] = Json::array({opt.beta1, opt.beta2});
+      params["eps"] = opt.eps;
+      params["bias_correction"] = opt.bias_correction;
+      params["eps_inside_sqrt"] = opt.eps_inside_sqrt;
+      params["max_coeff"] = opt.max_coeff;
+      params["min_coeff"] = opt.min_coeff;
       break;
   }
   root["optimizer"] = {{"type", type}, {"params", params}};

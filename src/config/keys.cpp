@@ -319,6 +319,14 @@ const std::vector<DefaultOnlyKey>& adagrad_params_default_only() {
   return keys;
 }
 
+const std::vector<DefaultOnlyKey>& lamb_params_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      {"amsgrad", Kind::kValue, "false", nullptr,
+       "the AMSGrad variant is not implemented; DeepSpeed's FusedLamb rejects it too"},
+  };
+  return keys;
+}
+
 const std::vector<DefaultOnlyKey>& lion_params_default_only() {
   static const std::vector<DefaultOnlyKey> keys = {
       {"fp32_optimizer_states", Kind::kValue, "true", nullptr, nullptr},
@@ -422,6 +430,13 @@ const std::vector<std::string>& sgd_params_implemented_keys() {
 const std::vector<std::string>& adagrad_params_implemented_keys() {
   static const std::vector<std::string> keys = {
       "lr", "eps", "weight_decay", "lr_decay", "initial_accumulator_value", "max_grad_norm"};
+  return keys;
+}
+
+const std::vector<std::string>& lamb_params_implemented_keys() {
+  static const std::vector<std::string> keys = {
+      "lr",        "betas",     "eps",           "weight_decay", "bias_correction",
+      "max_coeff", "min_coeff", "eps_inside_sqrt", "max_grad_norm"};
   return keys;
 }
 

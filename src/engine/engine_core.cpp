@@ -416,11 +416,22 @@ void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent
     return;
   }
   const auto started = std::chrono::steady_clock::now();
+  // LAMB's per-parameter sums, gathered from every rank (Note [LAMB's norms across shards]).
+  ParameterSumExchange exchange;
+  if (config_.optimizer.type == OptimizerType::kLamb) {
+    exchange.parameters = static_cast<int>(checkpoint_parameters().size());
+    exchange.gather = [this](const at::Tensor& local) {
+      at::Tensor all = at::empty({comm_->size() * local.numel()}, local.options());
+      comm_->all_gather(local, all)->wait();
+      return all;
+    };
+  }
   if (state_->placement() != Placement::kNvme && !state_->params().offloaded()) {
-    state_->step(grad_multiplier, lr_, lent);
+    state_->step(grad_multiplier, lr_, lent, &exchange);
   } else {
-    agree_on_failure(*comm_, "optimizer step",
-                     capture_error([&] { state_->step(grad_multiplier, lr_, lent); }));
+    agree_on_failure(*comm_, "optimizer step", capture_error([&] {
+                       state_->step(grad_multiplier, lr_, lent, &exchange);
+                     }));
   }
   if (device_offload()) {
     offload_times_.step_seconds +=

@@ -11,6 +11,7 @@ const char* optimizer_type_name(OptimizerType type) {
     case OptimizerType::kSGD: return "SGD";
     case OptimizerType::kAdagrad: return "Adagrad";
     case OptimizerType::kLion: return "Lion";
+    case OptimizerType::kLamb: return "Lamb";
   }
   ZERO_INTERNAL_ASSERT(false, "unknown optimizer type ", static_cast<int>(type));
   return "";
@@ -19,7 +20,8 @@ const char* optimizer_type_name(OptimizerType type) {
 std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {
   switch (config.type) {
     case OptimizerType::kAdamW:
-    case OptimizerType::kAdam: return {"exp_avg", "exp_avg_sq"};
+    case OptimizerType::kAdam:
+    case OptimizerType::kLamb: return {"exp_avg", "exp_avg_sq"};
     case OptimizerType::kSGD:
       if (config.momentum != 0.0) return {"exp_avg"};
       return {};
@@ -48,6 +50,7 @@ std::string allowed_states(const std::string& type_name) {
   if (type_name == "SGD") return "[] or [\"exp_avg\"] (SGD without or with momentum)";
   if (type_name == "Adagrad") return "[\"exp_avg_sq\"] (Adagrad's sum of squared gradients)";
   if (type_name == "Lion") return "[\"exp_avg\"] (Lion's momentum)";
+  if (type_name == "Lamb") return "[\"exp_avg\", \"exp_avg_sq\"] (LAMB's m and v)";
   return "[\"exp_avg\", \"exp_avg_sq\"] (" + type_name + ")";
 }
 
@@ -58,6 +61,7 @@ std::string optimizer_state_description(const OptimizerConfig& config) {
     case OptimizerType::kSGD: return "momentum, fp32";
     case OptimizerType::kAdagrad: return "Adagrad's sum of squares, fp32";
     case OptimizerType::kLion: return "Lion's momentum, fp32";
+    case OptimizerType::kLamb: return "LAMB's m and v, fp32";
   }
   return "";
 }

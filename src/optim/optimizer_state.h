@@ -9,14 +9,15 @@
 
 namespace zero {
 
-/// DeepSpeed's name of the type: "AdamW", "Adam", "SGD", "Adagrad", "Lion" (the config's
+/// DeepSpeed's name of the type: "AdamW", "Adam", "SGD", "Adagrad", "Lion", "Lamb" (the config's
 /// optimizer.type as zero writes it, and the checkpoints' optimizer.type).
 const char* optimizer_type_name(OptimizerType type);
 
 /// The state kept per element, by checkpoint name (DeepSpeed's state keys), in the order
 /// ShardOptimizer::update takes them: Adam(W) {"exp_avg", "exp_avg_sq"}; SGD with momentum
 /// {"exp_avg"} (the momentum buffer), plain SGD none; Adagrad {"exp_avg_sq"} (the sum of
-/// squared gradients, DeepSpeed's name for it); Lion {"exp_avg"} (its one momentum).
+/// squared gradients, DeepSpeed's name for it); Lion {"exp_avg"} (its one momentum); LAMB as
+/// Adam.
 std::vector<std::string> optimizer_state_names(const OptimizerConfig& config);
 
 /// The value each of optimizer_state_names starts at: Adagrad's sum starts at

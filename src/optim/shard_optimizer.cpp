@@ -162,6 +162,8 @@ void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
     check(m, "moment");
   }
   ZERO_INTERNAL_ASSERT(step_count_ > 0, "update before begin_step");
+  ZERO_INTERNAL_ASSERT(config_.type != OptimizerType::kLamb,
+                       "LAMB steps through ShardState (its norms need every rank)");
   if (!master.device().is_cpu()) {
     fused_device_update(config_, step_count_, master, grad, param_out, moments, grad_multiplier,
                         lr);

@@ -38,6 +38,7 @@ class ShardOptimizer {
   void update(const at::Tensor& master, const at::Tensor& grad, const at::Tensor& param_out,
               const std::vector<at::Tensor>& moments, double grad_multiplier, double lr);
 
+  const OptimizerConfig& config() const { return config_; }
   int64_t step_count() const { return step_count_; }
   /// For checkpoints: the steps taken so far (Adam's bias correction, SGD's first step).
   void set_step_count(int64_t steps) { step_count_ = steps; }

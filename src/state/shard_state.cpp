@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "optim/lamb.h"
 #include "optim/optimizer_state.h"
 #include "zero/error.h"
 
@@ -27,6 +29,10 @@ ShardState::ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamSt
              placement_ == Placement::kNvme ? "nvme" : "cpu", "\" with parameters on ",
              params_->device(), " is not supported yet (moving the optimizer state off the ",
              "device); allowed here: \"none\"");
+  ZERO_CHECK(optimizer.type != OptimizerType::kLamb || params_->device().is_cpu(),
+             "optimizer.type = \"Lamb\" with parameters on ", params_->device(),
+             " is not supported yet (LAMB's exact per-parameter norms run on the CPU); allowed "
+             "there: Adam, AdamW, SGD, Adagrad, Lion");
   part_names_.push_back("master");
   for (const std::string& name : optimizer_.moment_names()) part_names_.push_back(name);
   const int store_parts = static_cast<int>(part_names_.size()) - (master_in_store() ? 0 : 1);
@@ -111,10 +117,16 @@ int64_t ShardState::moment_bytes() const {
   return static_cast<int64_t>(optimizer_.moment_names().size()) * numel() * 4;
 }
 
-void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent) {
+void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent,
+                      const ParameterSumExchange* exchange) {
   const at::Tensor& grad = lent.defined() ? lent : gradient_;
   ZERO_INTERNAL_ASSERT(grad.defined() && grad.numel() == numel(),
                        "optimizer step without a gradient over the shard space");
+  if (optimizer_.config().type == OptimizerType::kLamb) {
+    ZERO_INTERNAL_ASSERT(exchange != nullptr, "a LAMB step without its exchange");
+    step_lamb(grad_multiplier, lr, grad, *exchange);
+    return;
+  }
   const bool fp32 = !master_in_store();
   optimizer_.begin_step();
   std::vector<at::Tensor> moments;
@@ -132,8 +144,107 @@ void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent)
   pass.finish();
 }
 
+namespace {
+
+// Calls fn(piece begin, piece end, param) for each piece of [begin, end) (offsets into the
+// space) that a segment covers, and fn(.., -1) for the pieces none covers (padding), in order.
+template <typename Fn>
+void for_each_piece(const std::vector<StateSegment>& segments, int64_t begin, int64_t end,
+                    Fn&& fn) {
+  int64_t at = begin;
+  for (const StateSegment& segment : segments) {  // in offset order
+    const int64_t from = std::max(begin, segment.offset);
+    const int64_t to = std::min(end, segment.offset + (segment.end - segment.begin));
+    if (from >= to) continue;
+    if (from > at) fn(at, from, -1);
+    fn(from, to, segment.param);
+    at = to;
+  }
+  if (at < end) fn(at, end, -1);
+}
+
+}  // namespace
+
+void ShardState::step_lamb(double grad_multiplier, double lr, const at::Tensor& grad,
+                           const ParameterSumExchange& exchange) {
+  optimizer_.begin_step();
+  const OptimizerConfig& config = optimizer_.config();
+  const LambScalars s = lamb_scalars(config, optimizer_.step_count(), grad_multiplier);
+  const bool fp32 = !master_in_store();
+  const int first_moment = fp32 ? 0 : 1;
+  const auto parameters = static_cast<size_t>(exchange.parameters);
+  // Pass 1: the moments, and the squares of the elements this rank saves (each element of the
+  // model once over the ranks), per parameter.
+  std::vector<ExactSquares> weights(parameters), updates(parameters);
+  auto by_offset = [](std::vector<StateSegment> segments) {
+    std::sort(segments.begin(), segments.end(),
+              [](const StateSegment& a, const StateSegment& b) { return a.offset < b.offset; });
+    return segments;
+  };
+  const std::vector<StateSegment> saved = by_offset(saved_), loaded = by_offset(loaded_);
+  {
+    // fp32 parameters are the master weights: read, not written, in this pass.
+    std::optional<ParamStore::Pass> pass;
+    if (fp32) pass.emplace(params_->pass(/*read=*/true, /*write=*/false));
+    store_->for_each_tile(
+        [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+          const int64_t n = end - begin;
+          const at::Tensor master = fp32 ? pass->tile(begin, n) : parts[0];
+          const at::Tensor& m = parts[first_moment];
+          const at::Tensor& v = parts[first_moment + 1];
+          lamb_moments(grad.narrow(0, begin, n), m, v, s);
+          for_each_piece(saved, begin, end, [&](int64_t from, int64_t to, int param) {
+            if (param < 0) return;
+            ZERO_INTERNAL_ASSERT(static_cast<size_t>(param) < parameters, "parameter ", param,
+                                 " of ", parameters);
+            lamb_norms(master.narrow(0, from - begin, to - from),
+                       m.narrow(0, from - begin, to - from), v.narrow(0, from - begin, to - from),
+                       s, weights[param], updates[param]);
+          });
+        },
+        /*write_back=*/true);
+    if (pass) pass->finish();
+  }
+  // The exchange: integer sums, added in rank order (exact: any order gives the same).
+  constexpr int64_t kWords = ExactSquares::kWords;
+  at::Tensor local = at::empty({static_cast<int64_t>(parameters), 2, kWords}, at::kLong);
+  int64_t* words = local.data_ptr<int64_t>();
+  for (size_t p = 0; p < parameters; ++p) {
+    std::copy(weights[p].words.begin(), weights[p].words.end(), words + (2 * p) * kWords);
+    std::copy(updates[p].words.begin(), updates[p].words.end(), words + (2 * p + 1) * kWords);
+  }
+  const at::Tensor total = exchange.gather(local.view({-1})).view({-1, local.numel()}).sum(0);
+  const int64_t* sums = total.data_ptr<int64_t>();
+  std::vector<double> step_sizes(parameters);
+  for (size_t p = 0; p < parameters; ++p) {
+    ExactSquares w, u;
+    std::copy(sums + (2 * p) * kWords, sums + (2 * p + 1) * kWords, w.words.begin());
+    std::copy(sums + (2 * p + 1) * kWords, sums + (2 * p + 2) * kWords, u.words.begin());
+    step_sizes[p] = lr * lamb_trust_ratio(w.value(), u.value(), config);
+  }
+  // Pass 2: each element's update with its parameter's step (padding: lr, whose u is 0).
+  ParamStore::Pass pass = params_->pass(/*read=*/fp32, /*write=*/true);
+  store_->for_each_tile(
+      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+        const int64_t n = end - begin;
+        const at::Tensor param_tile = pass.tile(begin, n);
+        const at::Tensor master = fp32 ? param_tile : parts[0];
+        for_each_piece(loaded, begin, end, [&](int64_t from, int64_t to, int param) {
+          const int64_t at = from - begin, count = to - from;
+          lamb_apply(master.narrow(0, at, count), parts[first_moment].narrow(0, at, count),
+                     parts[first_moment + 1].narrow(0, at, count),
+                     fp32 ? at::Tensor() : param_tile.narrow(0, at, count), s,
+                     param < 0 ? lr : step_sizes[static_cast<size_t>(param)]);
+        });
+      },
+      /*write_back=*/true);
+  pass.finish();
+}
+
 bool ShardState::supports_ranges() const {
-  return store_->visits_ranges() && !params_->offloaded();
+  // LAMB's update needs every rank's sums first: it cannot step parts as gradients arrive.
+  return store_->visits_ranges() && !params_->offloaded() &&
+         optimizer_.config().type != OptimizerType::kLamb;
 }
 
 void ShardState::step_range(int64_t begin, int64_t end, double grad_multiplier, double lr) {

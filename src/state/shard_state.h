@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,6 +38,14 @@ namespace zero {
 // offload], src/offload/swap_file.h). The optimizer steps the space in tiles of at most
 // sub_group_size elements, so an offloaded state needs a few tiles in memory at a time; each
 // element's update reads and writes that element alone, so the tiling changes no bit.
+
+/// What LAMB's step needs from the engine (Note [LAMB's norms across shards], optim/lamb.h):
+/// how many checkpoint parameters there are (StateSegment::param indexes them), and a
+/// collective that gathers every rank's int64 tensor of n elements into [world, n].
+struct ParameterSumExchange {
+  int parameters = 0;
+  std::function<at::Tensor(const at::Tensor&)> gather;
+};
 
 enum class Placement {
   kHost,    // host memory
@@ -103,7 +112,10 @@ class ShardState {
   /// One optimizer step over the space, tile by tile: the gradient (the owned shard when
   /// `lent` is undefined) times `grad_multiplier`, at learning rate `lr`; writes the master
   /// weights, the moments and, for 16-bit parameters, the rounded parameter copy.
-  void step(double grad_multiplier, double lr, const at::Tensor& lent = at::Tensor());
+  /// LAMB needs `exchange` (a collective: every rank calls step together); other optimizers
+  /// ignore it.
+  void step(double grad_multiplier, double lr, const at::Tensor& lent = at::Tensor(),
+            const ParameterSumExchange* exchange = nullptr);
 
   /// One step in parts, each element once (the overlapped step of Note [Offload of a device
   /// model]): begin_step(), then step_range() over disjoint ranges covering the space, in any
@@ -120,6 +132,9 @@ class ShardState {
 
  private:
   bool master_in_store() const { return params_->dtype() != at::kFloat; }
+  // LAMB's two passes (Note [LAMB's norms across shards]).
+  void step_lamb(double grad_multiplier, double lr, const at::Tensor& grad,
+                 const ParameterSumExchange& exchange);
 
   std::shared_ptr<ParamStore> params_;
   at::Tensor gradient_;
