@@ -237,6 +237,39 @@ TEST(Optimizers, MatchTorchOptimizers) {
   }
 }
 
+// `options` at stages 0-3 against the reference: per-step losses and final parameters within
+// kTolerance, and the stages bitwise equal where Equivalence finds them so for AdamW (the same
+// reductions; only the update differs).
+void expect_every_stage_matches_the_reference(const ModelSpec& spec, RunOptions options,
+                                              const std::shared_ptr<Communicator>& comm) {
+  const RunResult reference = run_reference(spec, options, comm->size());
+  ASSERT_GT(relative_error(reference.parameters, flatten_parameters(*spec.build())), 1e-4)
+      << options.optimizer << " did not train";
+  std::vector<at::Tensor> finals;
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(options.optimizer + " gas " + std::to_string(options.gradient_accumulation_steps) +
+                 " stage " + std::to_string(stage));
+    options.stage = stage;
+    options.extra_zero_json = stage == 3 ? kStage3Partitioned : "";
+    const RunResult run = run_engine(spec, options, comm);
+    ASSERT_EQ(run.losses.size(), reference.losses.size());
+    for (size_t s = 0; s < run.losses.size(); ++s) {
+      EXPECT_NEAR(run.losses[s], reference.losses[s], kTolerance * reference.losses[s])
+          << "step " << s;
+    }
+    EXPECT_LE(relative_error(run.parameters, reference.parameters), kTolerance);
+    finals.push_back(run.parameters);
+  }
+  if (!comm->capabilities().deterministic_reduction) return;
+  EXPECT_TRUE(at::equal(finals[0], finals[1])) << options.optimizer << " stage 0 vs 1";
+  if (options.gradient_accumulation_steps == 1) {
+    EXPECT_TRUE(at::equal(finals[0], finals[2])) << options.optimizer << " stage 0 vs 2";
+  }
+  if (comm->size() <= 2 && options.gradient_clipping == 0.0) {
+    EXPECT_TRUE(at::equal(finals[2], finals[3])) << options.optimizer << " stage 2 vs 3";
+  }
+}
+
 // Adagrad (torch::optim::Adagrad, with lr_decay and an initial accumulator) and Lion (its
 // paper's update, tests/engine_harness.cpp) at every stage, 20 steps, with clipping and with
 // accumulation: per-step losses and final parameters within kTolerance of the reference, and
@@ -249,7 +282,6 @@ TEST(Optimizers, AdagradAndLionAtEveryStage) {
   auto comm = world();
   for (const char* type : {"Adagrad", "Lion"}) {
     const ModelSpec spec = std::string(type) == "Lion" ? mlp_spec() : tiny_gpt2_spec();
-    const at::Tensor initial = flatten_parameters(*spec.build());
     for (const int gas : {1, 3}) {
       RunOptions options;
       options.steps = 20;
@@ -260,29 +292,7 @@ TEST(Optimizers, AdagradAndLionAtEveryStage) {
       options.initial_accumulator_value = 0.1;
       options.gradient_accumulation_steps = gas;
       options.gradient_clipping = gas == 1 ? kClip : 0.0;
-      const RunResult reference = run_reference(spec, options, comm->size());
-      ASSERT_GT(relative_error(reference.parameters, initial), 1e-4) << type << " did not train";
-      std::vector<at::Tensor> finals;
-      for (int stage = 0; stage <= 3; ++stage) {
-        SCOPED_TRACE(std::string(type) + " gas " + std::to_string(gas) + " stage " +
-                     std::to_string(stage));
-        options.stage = stage;
-        options.extra_zero_json = stage == 3 ? kStage3Partitioned : "";
-        const RunResult run = run_engine(spec, options, comm);
-        ASSERT_EQ(run.losses.size(), reference.losses.size());
-        for (size_t s = 0; s < run.losses.size(); ++s) {
-          EXPECT_NEAR(run.losses[s], reference.losses[s], kTolerance * reference.losses[s])
-              << "step " << s;
-        }
-        EXPECT_LE(relative_error(run.parameters, reference.parameters), kTolerance);
-        finals.push_back(run.parameters);
-      }
-      if (!comm->capabilities().deterministic_reduction) continue;
-      EXPECT_TRUE(at::equal(finals[0], finals[1])) << type << " stage 0 vs 1";
-      if (gas == 1) EXPECT_TRUE(at::equal(finals[0], finals[2])) << type << " stage 0 vs 2";
-      if (comm->size() <= 2 && options.gradient_clipping == 0.0) {
-        EXPECT_TRUE(at::equal(finals[2], finals[3])) << type << " stage 2 vs 3";
-      }
+      expect_every_stage_matches_the_reference(spec, options, comm);
     }
   }
 }
@@ -293,8 +303,6 @@ TEST(Optimizers, AdagradAndLionAtEveryStage) {
 // stages bitwise equal where AdamW's are.
 TEST(Optimizers, LambAtEveryStage) {
   auto comm = world();
-  const ModelSpec spec = tiny_gpt2_spec();
-  const at::Tensor initial = flatten_parameters(*spec.build());
   for (const int gas : {1, 3}) {
     RunOptions options;
     options.steps = 20;
@@ -303,28 +311,7 @@ TEST(Optimizers, LambAtEveryStage) {
     options.weight_decay = 0.1;
     options.gradient_accumulation_steps = gas;
     options.gradient_clipping = gas == 1 ? kClip : 0.0;
-    const RunResult reference = run_reference(spec, options, comm->size());
-    ASSERT_GT(relative_error(reference.parameters, initial), 1e-4) << "LAMB did not train";
-    std::vector<at::Tensor> finals;
-    for (int stage = 0; stage <= 3; ++stage) {
-      SCOPED_TRACE("LAMB gas " + std::to_string(gas) + " stage " + std::to_string(stage));
-      options.stage = stage;
-      options.extra_zero_json = stage == 3 ? kStage3Partitioned : "";
-      const RunResult run = run_engine(spec, options, comm);
-      ASSERT_EQ(run.losses.size(), reference.losses.size());
-      for (size_t s = 0; s < run.losses.size(); ++s) {
-        EXPECT_NEAR(run.losses[s], reference.losses[s], kTolerance * reference.losses[s])
-            << "step " << s;
-      }
-      EXPECT_LE(relative_error(run.parameters, reference.parameters), kTolerance);
-      finals.push_back(run.parameters);
-    }
-    if (!comm->capabilities().deterministic_reduction) continue;
-    EXPECT_TRUE(at::equal(finals[0], finals[1])) << "stage 0 vs 1";
-    if (gas == 1) EXPECT_TRUE(at::equal(finals[0], finals[2])) << "stage 0 vs 2";
-    if (comm->size() <= 2 && options.gradient_clipping == 0.0) {
-      EXPECT_TRUE(at::equal(finals[2], finals[3])) << "stage 2 vs 3";
-    }
+    expect_every_stage_matches_the_reference(tiny_gpt2_spec(), options, comm);
   }
 }
 

@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
                 "of %d bits in %.3f s (%.1f MB/s on %d thread(s)):",
                 static_cast<long long>(result.documents), result.bytes / 1e6,
                 static_cast<long long>(result.tokens), static_cast<long long>(result.val_tokens),
-                8 * result.bytes_per_token, result.seconds, result.bytes / 1e6 / std::max(result.seconds, 1e-9),
+                8 * result.bytes_per_token, result.seconds,
+                result.bytes / 1e6 / std::max(result.seconds, 1e-9),
                 threads > 0 ? threads : cores);
     for (const std::string& file : result.files) std::printf(" %s", file.c_str());
     std::printf("\n");

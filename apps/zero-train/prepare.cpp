@@ -113,9 +113,10 @@ void load_inputs(const Options& o, Inputs& in, int world, int64_t memory_per_ran
   } else {
     in.tokenizer.hf = HfTokenizer::load(hf);
   }
+  const std::string option = hf.empty() ? " (--encoder)" : " (--tokenizer)";
   zero::check_tokenizer_fits(shape.vocab_size, in.tokenizer.vocab_size(),
                              o.init.empty() ? o.model : in.model->display_name(),
-                             in.tokenizer.path() + (hf.empty() ? " (--encoder)" : " (--tokenizer)"));
+                             in.tokenizer.path() + option);
 }
 
 // Collective. Whether bf16 and fp16 GEMMs are fast here, for "auto" fp16/bf16 sections: the

@@ -18,6 +18,21 @@
 #include <cstdint>
 #include <cstring>
 
+// DEFINE(SUFFIX, ATTRIBUTE) once per level: a loop written in scalar C++ and compiled for each
+// instruction set (baseline, avx2, avx512; without x86-64 all three plain), which the caller
+// picks by zero::simd_level().
+#if defined(__x86_64__)
+#define ZERO_FOR_EACH_SIMD_LEVEL(DEFINE) \
+  DEFINE(baseline, )                     \
+  DEFINE(avx2, ZERO_AVX2_TARGET)         \
+  DEFINE(avx512, ZERO_AVX512_TARGET)
+#else
+#define ZERO_FOR_EACH_SIMD_LEVEL(DEFINE) \
+  DEFINE(baseline, )                     \
+  DEFINE(avx2, )                         \
+  DEFINE(avx512, )
+#endif
+
 namespace zero::simd {
 
 #if defined(__x86_64__)

@@ -266,7 +266,8 @@ void parse_lamb_params(const ObjectView& params, OptimizerConfig& optimizer,
       params.get_number("weight_decay", defaults.weight_decay, non_negative, "a number >= 0");
   optimizer.bias_correction = params.get_bool("bias_correction", defaults.bias_correction);
   optimizer.eps_inside_sqrt = params.get_bool("eps_inside_sqrt", defaults.eps_inside_sqrt);
-  optimizer.max_coeff = params.get_number("max_coeff", defaults.max_coeff, positive, "a number > 0");
+  optimizer.max_coeff =
+      params.get_number("max_coeff", defaults.max_coeff, positive, "a number > 0");
   optimizer.min_coeff =
       params.get_number("min_coeff", defaults.min_coeff, non_negative, "a number >= 0");
   if (optimizer.min_coeff > optimizer.max_coeff) {

@@ -19,7 +19,8 @@
 // thread block; rows are split over libtorch's threads in fixed blocks of kRowsPerBlock, and
 // the column sums go to one fp32 partial per block, added in block order: the results do not
 // depend on the thread count. Arithmetic is fp32 whatever the dtype (bf16/fp16 loaded exactly,
-// results rounded once; RMSNorm's twice, Note [RMSNorm's rounding]). GELU is the tanh form as x sigmoid(2z) (1 + tanh z = 2 sigmoid(2z))
+// results rounded once; RMSNorm's twice, Note [RMSNorm's rounding]).
+// GELU is the tanh form as x sigmoid(2z) (1 + tanh z = 2 sigmoid(2z))
 // with an exp of ~1 ulp (simd::exp_reference); its vector and scalar loops give the same bits.
 // LayerNorm takes its mean and variance in two passes over the row, summed across lanes.
 // Against ATen's composition: within a few fp32 ulps (fp32) or the dtype's rounding (16-bit),

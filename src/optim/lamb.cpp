@@ -63,14 +63,7 @@ template <typename Param>
                                      const LambScalars& s, float step_size) {                  \
     apply_kernel(master, m, v, out, begin, end, s, step_size);                                 \
   }
-ZERO_DEFINE_LOOPS(baseline, )
-#if defined(__x86_64__)
-ZERO_DEFINE_LOOPS(avx2, ZERO_AVX2_TARGET)
-ZERO_DEFINE_LOOPS(avx512, ZERO_AVX512_TARGET)
-#else
-ZERO_DEFINE_LOOPS(avx2, )
-ZERO_DEFINE_LOOPS(avx512, )
-#endif
+ZERO_FOR_EACH_SIMD_LEVEL(ZERO_DEFINE_LOOPS)
 #undef ZERO_DEFINE_LOOPS
 
 }  // namespace

@@ -90,14 +90,7 @@ void adam_loop_baseline(float* master, const Grad* grad, Param* out, float* m, f
                                    int64_t begin, int64_t end, const SgdScalars& s) {          \
     sgd_kernel(master, grad, out, buf, begin, end, s);                                         \
   }
-ZERO_DEFINE_LOOPS(baseline, )
-#if defined(__x86_64__)
-ZERO_DEFINE_LOOPS(avx2, ZERO_AVX2_TARGET)
-ZERO_DEFINE_LOOPS(avx512, ZERO_AVX512_TARGET)
-#else
-ZERO_DEFINE_LOOPS(avx2, )
-ZERO_DEFINE_LOOPS(avx512, )
-#endif
+ZERO_FOR_EACH_SIMD_LEVEL(ZERO_DEFINE_LOOPS)
 #undef ZERO_DEFINE_LOOPS
 
 #define ZERO_SIMD_LOOPS "optim/adam_kernels_simd.h"

@@ -3,7 +3,8 @@
 # tokenizers library (tests/data/make_hf_tokenizers.py), test_hf_tokenizer on them, and
 # zero-tokenize --tokenizer: its token files hold the library's ids, the tokenizer's eos token
 # before each document (nothing without one), as uint16 ids, or as uint32 ids (llm.c's Llama 3
-# format) for a tokenizer of more than 65536 ids; --tokenizer with --encoder refused. Skipped (exit 77) without Python's tokenizers.
+# format) for a tokenizer of more than 65536 ids; --tokenizer with --encoder refused. Skipped
+# (exit 77) without Python's tokenizers.
 #   check_hf_tokenizer.sh TEST_BINARY ZERO_TOKENIZE PYTHON WORK_DIR
 set -uo pipefail
 test_binary="$1"; zero_tokenize="$2"; python="$3"; work="$4"
