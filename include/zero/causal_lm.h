@@ -153,14 +153,16 @@ ZERO_API std::unique_ptr<CausalLMConfig> causal_lm_config_from_dir(const std::st
 
 /// Note [Padded vocabularies]
 /// A model may have more embedding rows than its tokenizer has ids: Qwen2.5's checkpoints have
-/// 151936 rows for 151665 tokens (rounded up for fast GEMMs). Such a model is used with its
-/// tokenizer as transformers uses it: an id the model draws with no token (an untrained row's)
-/// decodes to nothing, as the tokenizers library's decode skips ids it has no token for. The
-/// opposite, a tokenizer with more ids than the model has rows, is refused: text could become
-/// ids the model has no embedding for.
+/// 151936 rows for 151665 tokens, nanoGPT's GPT-2 50304 for 50257 (rounded up for fast GEMMs).
+/// Such a model is used with its tokenizer as transformers uses it: an id the model draws with
+/// no token (an untrained row's) decodes to nothing, as the tokenizers library's decode skips
+/// ids it has no token for. Padding adds a few rows: more than max(256, 1 %) of the model's
+/// beyond the tokenizer's ids is taken for the wrong tokenizer and refused. A tokenizer with
+/// more ids than the model has rows is refused too: text could become ids the model has no
+/// embedding for.
 ///
-/// Throws zero::Error naming the model (`model_name`) and the tokenizer (`tokenizer_name`) when
-/// the tokenizer has more ids than the model has rows. See Note [Padded vocabularies].
+/// Throws zero::Error naming the model (`model_name`), the tokenizer (`tokenizer_name`) and
+/// both sizes when they do not fit as the Note says.
 ZERO_API void check_tokenizer_fits(int64_t model_vocab, int64_t tokenizer_vocab,
                                    const std::string& model_name,
                                    const std::string& tokenizer_name);

@@ -122,6 +122,11 @@ void check_tokenizer_fits(int64_t model_vocab, int64_t tokenizer_vocab,
              tokenizer_vocab, " ids, more than the ", model_vocab, " embedding rows of ",
              model_name, ": its ids from ", model_vocab, " on have no embedding; use the model's "
              "own tokenizer (a model may have more rows than its tokenizer has ids, not fewer)");
+  const int64_t padding = std::max<int64_t>(256, model_vocab / 100);
+  ZERO_CHECK(model_vocab - tokenizer_vocab <= padding, "the tokenizer ", tokenizer_name,
+             " has ", tokenizer_vocab, " ids, far fewer than the ", model_vocab,
+             " embedding rows of ", model_name, " (a vocabulary padded for speed adds at most ",
+             padding, " rows): not this model's tokenizer? Use the model's own");
 }
 
 std::unique_ptr<CausalLMConfig> causal_lm_named(const std::string& name) {

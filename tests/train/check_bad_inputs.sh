@@ -144,7 +144,7 @@ check monitor_unwritable "csv_monitor: cannot create directory" "$work/a-file/mo
 check checkpoint_dir_unwritable "$work/a-file/checkpoints" -- --config "$good_config" --save-every 1 \
   --checkpoint-dir "$work/a-file/checkpoints"
 echo '{"!": 0, "\"": 1}' > "$work/small-encoder.json"
-check encoder_too_small "$work/small-encoder.json" "has 2 tokens" "50257" -- --config "$good_config" \
+check encoder_too_small "$work/small-encoder.json" "has 2 ids" "50257" -- --config "$good_config" \
   --encoder "$work/small-encoder.json"
 # One job per directory (Note [Directory lock]): while job A trains in run-shared with its
 # checkpoints in shared-ckpt, a second job on either directory ends at start-up naming A.
