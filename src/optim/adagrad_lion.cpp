@@ -91,11 +91,24 @@ void lion_loop(SimdLevel level, float* master, const Grad* grad, Param* out, flo
   }
 }
 
-void check_level_and_state(SimdLevel level, const at::Tensor& master, const at::Tensor& state) {
+// A one-state loop over contiguous tensors: checks, then loop(master, grad, out, state, begin,
+// end) with the operands' element types, split over libtorch's threads.
+template <typename Loop>
+void run_one_state_loop(SimdLevel level, const at::Tensor& master, const at::Tensor& grad,
+                        const at::Tensor& param_out, const at::Tensor& state, const char* what,
+                        Loop&& loop) {
   ZERO_INTERNAL_ASSERT(static_cast<int>(level) <= static_cast<int>(simd_level()),
                        "SIMD level beyond this CPU's");
   ZERO_INTERNAL_ASSERT(master.scalar_type() == at::kFloat && state.scalar_type() == at::kFloat,
                        "master and state must be fp32");
+  check_operands({&master, &grad, &param_out, &state}, master.numel(), what);
+  float* master_ptr = master.data_ptr<float>();
+  float* state_ptr = state.data_ptr<float>();
+  dispatch_types(grad, param_out, [&](auto* g, auto* out) {
+    parallel_ranges(master, kGrainSize, [&](int64_t begin, int64_t end) {
+      loop(master_ptr, g, out, state_ptr, begin, end);
+    });
+  });
 }
 
 }  // namespace
@@ -126,28 +139,18 @@ LionScalars lion_scalars(const OptimizerConfig& config, double grad_multiplier, 
 
 void adagrad_update(SimdLevel level, const at::Tensor& master, const at::Tensor& grad,
                     const at::Tensor& param_out, const at::Tensor& sum, const AdagradScalars& s) {
-  check_level_and_state(level, master, sum);
-  check_operands({&master, &grad, &param_out, &sum}, master.numel(), "Adagrad");
-  float* master_ptr = master.data_ptr<float>();
-  float* sum_ptr = sum.data_ptr<float>();
-  dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-    parallel_ranges(master, kGrainSize, [&](int64_t begin, int64_t end) {
-      adagrad_loop(level, master_ptr, g, out, sum_ptr, begin, end, s);
-    });
-  });
+  run_one_state_loop(level, master, grad, param_out, sum, "Adagrad",
+                     [&](float* p, auto* g, auto* out, float* state, int64_t begin, int64_t end) {
+                       adagrad_loop(level, p, g, out, state, begin, end, s);
+                     });
 }
 
 void lion_update(SimdLevel level, const at::Tensor& master, const at::Tensor& grad,
                  const at::Tensor& param_out, const at::Tensor& exp_avg, const LionScalars& s) {
-  check_level_and_state(level, master, exp_avg);
-  check_operands({&master, &grad, &param_out, &exp_avg}, master.numel(), "Lion");
-  float* master_ptr = master.data_ptr<float>();
-  float* m = exp_avg.data_ptr<float>();
-  dispatch_types(grad, param_out, [&](auto* g, auto* out) {
-    parallel_ranges(master, kGrainSize, [&](int64_t begin, int64_t end) {
-      lion_loop(level, master_ptr, g, out, m, begin, end, s);
-    });
-  });
+  run_one_state_loop(level, master, grad, param_out, exp_avg, "Lion",
+                     [&](float* p, auto* g, auto* out, float* state, int64_t begin, int64_t end) {
+                       lion_loop(level, p, g, out, state, begin, end, s);
+                     });
 }
 
 }  // namespace zero

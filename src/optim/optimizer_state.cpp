@@ -38,20 +38,48 @@ std::vector<double> optimizer_state_initial_values(const OptimizerConfig& config
   return values;
 }
 
+namespace {
+
+// The state lists a checkpoint of the type named `type_name` may hold (SGD: without and with
+// momentum), from optimizer_state_names; none for an unknown name.
+std::vector<std::vector<std::string>> states_of(const std::string& type_name) {
+  for (const OptimizerType type :
+       {OptimizerType::kAdamW, OptimizerType::kAdam, OptimizerType::kSGD,
+        OptimizerType::kAdagrad, OptimizerType::kLion, OptimizerType::kLamb}) {
+    if (type_name != optimizer_type_name(type)) continue;
+    OptimizerConfig config;
+    config.type = type;
+    std::vector<std::vector<std::string>> states = {optimizer_state_names(config)};
+    if (type == OptimizerType::kSGD) {
+      config.momentum = 0.9;
+      states.push_back(optimizer_state_names(config));
+    }
+    return states;
+  }
+  return {};
+}
+
+std::string json_list(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", \"" : "\"") + names[i] + "\"";
+  return out + "]";
+}
+
+}  // namespace
+
 bool state_fits_optimizer(const std::string& type_name, const std::vector<std::string>& state) {
-  using Names = std::vector<std::string>;
-  if (type_name == "SGD") return state.empty() || state == Names{"exp_avg"};
-  if (type_name == "Adagrad") return state == Names{"exp_avg_sq"};
-  if (type_name == "Lion") return state == Names{"exp_avg"};
-  return state == Names{"exp_avg", "exp_avg_sq"};
+  for (const std::vector<std::string>& allowed : states_of(type_name)) {
+    if (state == allowed) return true;
+  }
+  return false;
 }
 
 std::string allowed_states(const std::string& type_name) {
-  if (type_name == "SGD") return "[] or [\"exp_avg\"] (SGD without or with momentum)";
-  if (type_name == "Adagrad") return "[\"exp_avg_sq\"] (Adagrad's sum of squared gradients)";
-  if (type_name == "Lion") return "[\"exp_avg\"] (Lion's momentum)";
-  if (type_name == "Lamb") return "[\"exp_avg\", \"exp_avg_sq\"] (LAMB's m and v)";
-  return "[\"exp_avg\", \"exp_avg_sq\"] (" + type_name + ")";
+  std::string out;
+  for (const std::vector<std::string>& allowed : states_of(type_name)) {
+    out += (out.empty() ? "" : " or ") + json_list(allowed);
+  }
+  return out + " (" + type_name + ")";
 }
 
 std::string optimizer_state_description(const OptimizerConfig& config) {
