@@ -8,6 +8,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <unordered_set>
 
@@ -89,6 +91,13 @@ std::string make_config_json(const RunOptions& o) {
          << ", \"initial_accumulator_value\": " << o.initial_accumulator_value;
   }
   if (o.optimizer == "Lion") json << ", \"betas\": [0.9, 0.99]";
+  if (o.optimizer == "Muon") {
+    // eps 1e-8, not Muon's 1e-10: GPT-2's attention key bias has an identically zero true
+    // gradient, and Adam with eps 1e-10 moves it by +-lr as the reduction order's rounding
+    // noise says (as Lion does, test_engine_equivalence's AdagradAndLionAtEveryStage).
+    json << ", \"muon_lr\": " << o.muon_lr << ", \"ns_method\": \"" << o.ns_method
+         << "\", \"eps\": 1e-8";
+  }
   json << "}}";
   if (o.dtype == "bf16") json << ", \"bf16\": {\"enabled\": true}";
   if (o.dtype == "fp16") {
@@ -214,8 +223,54 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
       p.add_(u, -options.lr * trust);
     }
   };
-  if (options.optimizer == "Lion" || options.optimizer == "Lamb") {
-    // stepped by lion_step / lamb_step
+  // Muon as its authors and DeepSpeed's MuonWithAuxAdam define it (Note [Muon under
+  // partitioning]), on whole parameters with plain products: NS5 of the Nesterov momentum for
+  // the hidden matrices (two or more dimensions, no embedding or head in the name), AdamW
+  // (betas 0.9, 0.95, eps 1e-8: make_config_json says why) for the rest.
+  std::vector<at::Tensor> muon_params, muon_momenta, aux_params;
+  if (options.optimizer == "Muon") {
+    std::unordered_set<const void*> seen;
+    for (const auto& item : result.model->named_parameters()) {
+      const at::Tensor& p = item.value();
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      bool hidden = p.dim() >= 2;
+      for (const char* keyword : {"embed", "lm_head", "wte", "wpe"}) {
+        if (item.key().find(keyword) != std::string::npos) hidden = false;
+      }
+      (hidden ? muon_params : aux_params).push_back(p);
+      if (hidden) muon_momenta.push_back(at::zeros_like(p));
+    }
+    optimizer = std::make_unique<torch::optim::AdamW>(
+        aux_params, torch::optim::AdamWOptions(options.lr)
+                        .betas({0.9, 0.95})
+                        .eps(1e-8)
+                        .weight_decay(options.weight_decay));
+  }
+  auto muon_step = [&] {
+    at::NoGradGuard no_grad;
+    const double beta = 0.95, a = 3.4445, b = -4.7750, c = 2.0315;
+    for (size_t i = 0; i < muon_params.size(); ++i) {
+      at::Tensor& p = muon_params[i];
+      const at::Tensor g = p.grad().reshape({p.size(0), -1});
+      at::Tensor& m = muon_momenta[i];
+      m.lerp_(g.view(m.sizes()), 1.0 - beta);
+      at::Tensor x = g.lerp(m.view(g.sizes()), beta);
+      const bool tall = x.size(0) > x.size(1);
+      if (tall) x = x.t();
+      x = x / (x.norm() + 1e-7);
+      for (int k = 0; k < 5; ++k) {
+        const at::Tensor A = at::mm(x, x.t());
+        x = a * x + at::mm(b * A + c * at::mm(A, A), x);
+      }
+      if (tall) x = x.t();
+      const double scale = std::sqrt(std::max(1.0, static_cast<double>(g.size(0)) / g.size(1)));
+      p.mul_(1.0 - options.muon_lr * options.weight_decay);
+      p.add_(x.reshape(p.sizes()), -options.muon_lr * scale);
+    }
+  };
+  if (options.optimizer == "Lion" || options.optimizer == "Lamb" ||
+      options.optimizer == "Muon") {
+    // stepped by lion_step / lamb_step / muon_step (and the auxiliary AdamW)
   } else if (options.optimizer == "Adagrad") {
     optimizer = std::make_unique<torch::optim::Adagrad>(
         parameters, torch::optim::AdagradOptions(options.lr)
@@ -255,7 +310,10 @@ RunResult run_reference(const ModelSpec& spec, const RunOptions& options, int wo
       norm = torch::nn::utils::clip_grad_norm_(parameters,
                                                options.gradient_clipping);
     }
-    if (optimizer) {
+    if (options.optimizer == "Muon") {
+      muon_step();
+      optimizer->step();
+    } else if (optimizer) {
       optimizer->step();
     } else if (options.optimizer == "Lamb") {
       lamb_step();

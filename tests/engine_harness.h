@@ -45,8 +45,11 @@ struct RunOptions {
   double weight_decay = 0.01;
   // "AdamW" | "Adam" (L2 decay, adam_w_mode false) | "SGD" (with `momentum`, `nesterov`) |
   // "Adagrad" (with `lr_decay`, `initial_accumulator_value`) | "Lion" (betas 0.9, 0.99) |
-  // "Lamb" (DeepSpeed's FusedLamb defaults).
+  // "Lamb" (DeepSpeed's FusedLamb defaults) | "Muon" (`lr` the AdamW half's, `muon_lr` the
+  // matrices', `ns_method`; momentum 0.95, betas 0.9, 0.95, eps 1e-8).
   std::string optimizer = "AdamW";
+  double muon_lr = 0.02;
+  std::string ns_method = "standard";
   double momentum = 0.0;
   bool nesterov = false;
   double lr_decay = 0.0;

@@ -206,8 +206,39 @@ TEST(Config, Optimizers) {
   EXPECT_DOUBLE_EQ(c.optimizer.min_coeff, 0.1);
   EXPECT_TRUE(c.optimizer.eps_inside_sqrt);
   EXPECT_FALSE(c.optimizer.bias_correction);
+  // Muon: DeepSpeed's MuonWithAuxAdam defaults for each half; lr is both halves' unless
+  // muon_lr / adam_lr say otherwise.
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "Muon"}})", 1);
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kMuon);
+  EXPECT_DOUBLE_EQ(c.optimizer.muon_lr, 0.02);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-10);
+  EXPECT_EQ(c.optimizer.ns_method, MuonNsMethod::kGram);
+  EXPECT_EQ(c.optimizer.ns_dtype, c10::ScalarType::Float);
+  EXPECT_TRUE(c.optimizer.aux_adam_w_mode);
+  c = parse_config(R"({"train_batch_size": 4, "optimizer": {"type": "muon", "params": {
+      "lr": 0.01, "adam_lr": 1e-3, "momentum": 0.9, "weight_decay": 0.1,
+      "ns_method": "standard", "ns_dtype": "bf16", "adam_w_mode": false,
+      "per_head_muon": false}}})", 1);
+  EXPECT_DOUBLE_EQ(c.optimizer.muon_lr, 0.01);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_EQ(c.optimizer.ns_method, MuonNsMethod::kStandard);
+  EXPECT_EQ(c.optimizer.ns_dtype, c10::ScalarType::BFloat16);
+  EXPECT_FALSE(c.optimizer.aux_adam_w_mode);
+  {
+    const Config again = parse_config(c.effective_json, 1);
+    EXPECT_DOUBLE_EQ(again.optimizer.muon_lr, 0.01);
+    EXPECT_DOUBLE_EQ(again.optimizer.lr, 1e-3);
+    EXPECT_EQ(again.optimizer.ns_method, MuonNsMethod::kStandard);
+    EXPECT_EQ(again.optimizer.ns_dtype, c10::ScalarType::BFloat16);
+    EXPECT_FALSE(again.optimizer.aux_adam_w_mode);
+  }
   // Each writes itself back as it was read.
-  for (const char* type : {"Adagrad", "Lion", "Lamb"}) {
+  for (const char* type : {"Adagrad", "Lion", "Lamb", "Muon"}) {
     const std::string json = std::string(R"({"train_batch_size": 4, "optimizer": {"type": ")") +
                              type + R"(", "params": {"lr": 0.003}}})";
     const Config first = parse_config(json, 1);
@@ -627,14 +658,26 @@ TEST(Config, InvalidConfigsNameKeyAndValue) {
       {"missing optimizer", R"({"train_batch_size": 8})", 1,
        {"'optimizer' section is required"}},
       {"missing optimizer type", R"({"train_batch_size": 8, "optimizer": {"params": {}}})", 1,
-       {"optimizer.type is required", "Adam, AdamW, SGD, Adagrad, Lion, Lamb"}},
+       {"optimizer.type is required", "Adam, AdamW, SGD, Adagrad, Lion, Lamb, Muon"}},
       {"Lamb min above max", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb",
        "params": {"min_coeff": 2, "max_coeff": 1}}})", 1,
        {"optimizer.params.min_coeff = 2", "optimizer.params.max_coeff = 1"}},
       {"Lamb amsgrad", R"({"train_batch_size": 8, "optimizer": {"type": "Lamb",
        "params": {"amsgrad": true}}})", 1, {"optimizer.params.amsgrad = true"}},
-      {"Muon", R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}})", 1,
-       {"optimizer.type = \"Muon\" is not supported yet"}},
+      {"MuAdam", R"({"train_batch_size": 8, "optimizer": {"type": "MuAdam"}})", 1,
+       {"optimizer.type = \"MuAdam\" is not supported yet"}},
+      {"Muon per head", R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+       "params": {"per_head_muon": true}}})", 1, {"optimizer.params.per_head_muon = true"}},
+      {"Muon ns_method", R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+       "params": {"ns_method": "polar"}}})", 1,
+       {"optimizer.params.ns_method = \"polar\" is invalid", "\"gram\" or \"standard\""}},
+      {"Muon ns_dtype", R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+       "params": {"ns_dtype": "fp16"}}})", 1,
+       {"optimizer.params.ns_dtype = \"fp16\" is invalid", "fp16 is not supported"}},
+      {"Muon lr 0", R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+       "params": {"lr": 0}}})", 1, {"optimizer.params.lr = 0", "adam_lr"}},
+      {"Muon momentum", R"({"train_batch_size": 8, "optimizer": {"type": "Muon",
+       "params": {"momentum": 1}}})", 1, {"optimizer.params.momentum = 1", "[0, 1)"}},
       {"Adagrad amsgrad", R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",
        "params": {"amsgrad": true}}})", 1, {"optimizer.params.amsgrad = true"}},
       {"Adagrad betas", R"({"train_batch_size": 8, "optimizer": {"type": "Adagrad",

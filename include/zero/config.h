@@ -48,7 +48,14 @@ enum class OptimizerType {
   kLion,     // Lion (Chen et al. 2023): the sign of an interpolated momentum, decoupled decay
   kLamb,     // LAMB (You et al. 2019) as DeepSpeed's FusedLamb: Adam's update per parameter
              // scaled by the trust ratio ||p|| / ||update||, clamped to [min_coeff, max_coeff]
+  kMuon,     // Muon (Jordan et al. 2024) as DeepSpeed's MuonWithAuxAdam: momentum whose
+             // Newton-Schulz orthogonalisation updates each hidden matrix; AdamW for the rest
 };
+
+/// Muon's Newton-Schulz iteration (optimizer.params.ns_method): DeepSpeed's "gram" (its
+/// default: the same polynomial iterated on the Gram matrix X X^T, fewer FLOPs for a wide X)
+/// or "standard" (Keller Jordan's quintic on X).
+enum class MuonNsMethod { kGram, kStandard };
 
 struct ZERO_API OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
@@ -72,6 +79,17 @@ struct ZERO_API OptimizerConfig {
   double max_coeff = 10.0;
   double min_coeff = 0.01;
   bool eps_inside_sqrt = false;
+  // Muon only. The matrices' (Muon's) rate; `lr`, beta1, beta2, eps are the auxiliary AdamW's
+  // (DeepSpeed's adam_lr or lr, default 3e-4; betas [0.9, 0.95]; eps 1e-10, set by the parser),
+  // `momentum` Muon's (0.95), `weight_decay` both halves'. A schedule's rate is the AdamW
+  // half's; the matrices' rate keeps the ratio muon_lr / lr to it.
+  double muon_lr = 0.02;
+  MuonNsMethod ns_method = MuonNsMethod::kGram;
+  /// The Newton-Schulz iteration's dtype: fp32 (kFloat) or bf16 (kBFloat16) (ns_dtype).
+  at::ScalarType ns_dtype = at::kFloat;
+  /// The auxiliary Adam's weight decay: decoupled (AdamW, adam_w_mode true) or added to the
+  /// gradient (Adam).
+  bool aux_adam_w_mode = true;
 };
 
 /// fp16 loss scaling, DeepSpeed semantics (runtime/fp16/loss_scaler.py). We use the documented

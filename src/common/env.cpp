@@ -152,4 +152,12 @@ ProgressStyle progress_style() {
 
 bool emulate_device_offload() { return flag("ZERO_EMULATE_DEVICE_OFFLOAD", false); }
 
+bool muon_exchange_every_holder() {
+  const char* text = std::getenv("ZERO_MUON_EXCHANGE");
+  const std::string chosen = text == nullptr || *text == '\0' ? "owner" : text;
+  ZERO_CHECK(chosen == "owner" || chosen == "every-holder", "environment variable ",
+             "ZERO_MUON_EXCHANGE='", chosen, "' is invalid: expected owner or every-holder");
+  return chosen == "every-holder";
+}
+
 }  // namespace zero::env

@@ -75,4 +75,10 @@ ZERO_INTERNAL_API std::string bf16_gemm_path();
 /// unset or "0": off. Read whenever an engine is made (tests switch it per run).
 ZERO_INTERNAL_API bool emulate_device_offload();
 
+/// ZERO_MUON_EXCHANGE: "owner" or unset: each split Muon matrix is orthogonalised by one owner;
+/// "every-holder": by every rank that holds a piece of it (Note [Muon under partitioning],
+/// src/optim/muon.h), for measuring the choice (bench/muon_exchange.sh). Read whenever an
+/// engine is made.
+ZERO_INTERNAL_API bool muon_exchange_every_holder();
+
 }  // namespace zero::env

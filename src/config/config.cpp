@@ -152,7 +152,7 @@ void parse_batch(const ObjectView& top, int world_size, Config& config) {
 // ---- optimizer ----------------------------------------------------------------------------
 
 constexpr const char* kAllowedTypes =
-    "Adam, AdamW, SGD, Adagrad, Lion, Lamb (case-insensitive)";
+    "Adam, AdamW, SGD, Adagrad, Lion, Lamb, Muon (case-insensitive)";
 
 // optimizer.params.betas: [beta1, beta2], each in [0, 1) (Adam's and Lion's).
 void parse_betas(const ObjectView& params, OptimizerConfig& optimizer) {
@@ -282,6 +282,57 @@ void parse_lamb_params(const ObjectView& params, OptimizerConfig& optimizer,
   }
 }
 
+// DeepSpeed's Muon (MuonWithAuxAdam, engine._muon_param_groups): one config for two halves.
+// The matrices take muon_lr (else lr, else 0.02), momentum 0.95 and ns_method "gram"; the
+// auxiliary AdamW takes adam_lr (else lr, else 3e-4), betas [0.9, 0.95], eps 1e-10 and
+// adam_w_mode; weight_decay (0) is both halves'. ns_dtype is zero's: the iteration's dtype,
+// which DeepSpeed derives from ns_method and the accelerator (docs/config.md).
+void parse_muon_params(const ObjectView& params, OptimizerConfig& optimizer,
+                       std::vector<std::string>& notes) {
+  optimizer.type = OptimizerType::kMuon;
+  const double shared_lr = params.get_number("lr", -1.0, non_negative, "a number >= 0");
+  const bool lr_given = params.given("lr") != nullptr;
+  optimizer.lr = params.get_number("adam_lr", lr_given ? shared_lr : 3e-4, positive,
+                                   "a number > 0 (the matrices' rate follows its schedule)");
+  if (optimizer.lr <= 0.0) {
+    // Only reachable through "lr": 0 with no adam_lr.
+    fail(params.source(), params.key_path("lr") + " = 0 leaves Muon's AdamW half a rate of 0, "
+                          "which the matrices' rate (muon_lr / lr of the schedule's) cannot "
+                          "follow; give adam_lr > 0 (and muon_lr for the matrices)");
+  }
+  optimizer.muon_lr = params.get_number("muon_lr", lr_given ? shared_lr : 0.02, non_negative,
+                                        "a number >= 0");
+  optimizer.momentum = params.get_number("momentum", 0.95, beta_range, "a number in [0, 1)");
+  optimizer.weight_decay = params.get_number("weight_decay", 0.0, non_negative, "a number >= 0");
+  optimizer.beta1 = 0.9;
+  optimizer.beta2 = 0.95;
+  parse_betas(params, optimizer);
+  optimizer.eps = params.get_number("eps", 1e-10, positive, "a number > 0");
+  optimizer.aux_adam_w_mode = params.get_bool("adam_w_mode", true);
+  if (const auto method = params.get_optional_string("ns_method", "\"gram\" or \"standard\"")) {
+    if (*method == "gram") {
+      optimizer.ns_method = MuonNsMethod::kGram;
+    } else if (*method == "standard") {
+      optimizer.ns_method = MuonNsMethod::kStandard;
+    } else {
+      params.invalid("ns_method", *params.raw("ns_method"), "\"gram\" or \"standard\"");
+    }
+  }
+  if (const auto dtype = params.get_optional_string("ns_dtype", "\"fp32\" or \"bf16\"")) {
+    if (*dtype == "fp32") {
+      optimizer.ns_dtype = c10::ScalarType::Float;
+    } else if (*dtype == "bf16") {
+      optimizer.ns_dtype = c10::ScalarType::BFloat16;
+    } else {
+      params.invalid("ns_dtype", *params.raw("ns_dtype"),
+                     "\"fp32\" or \"bf16\" (fp16 is not supported)");
+    }
+  }
+  for (const DefaultOnlyKey& spec : config_detail::muon_params_default_only()) {
+    check_default_only(params, spec, notes);
+  }
+}
+
 void parse_optimizer(const ObjectView& top, Config& config) {
   const std::string& source = top.source();
   const Json* section = top.given("optimizer");
@@ -289,7 +340,8 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     fail(source,
          "the 'optimizer' section is required: zero builds the optimizer from the config and "
          "takes no client optimizer; e.g. \"optimizer\": {\"type\": \"AdamW\", \"params\": "
-         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD, Adagrad, Lion, Lamb). A trainer makes "
+         "{\"lr\": 0.001}} (allowed types: Adam, AdamW, SGD, Adagrad, Lion, Lamb, Muon). A trainer "
+         "makes "
          "the Hugging Face Trainer's AdamW when it is missing: zero-train does, and "
          "parse_config with TrainerValues");
   }
@@ -307,15 +359,15 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     optimizer.invalid("type", *type_json, "a string: " + std::string(kAllowedTypes));
   }
   const std::string type = lower(type_json->get<std::string>());
-  static const std::vector<std::string> kNotYet = {"muon", "muadam", "muadamw", "musgd"};
+  static const std::vector<std::string> kNotYet = {"muadam", "muadamw", "musgd"};
   static const std::vector<std::string> kOneBit = {"onebitadam", "zerooneadam", "onebitlamb"};
   if (std::find(kOneBit.begin(), kOneBit.end(), type) != kOneBit.end()) {
     fail(source, "optimizer.type = " + show(*type_json) +
                      ": zero does not have DeepSpeed's 1-bit optimizers (compressed "
                      "communication); use " + std::string(kAllowedTypes));
   }
-  static const std::vector<std::string> kTypes = {"adam",    "adamw", "sgd",
-                                                  "adagrad", "lion",  "lamb"};
+  static const std::vector<std::string> kTypes = {"adam", "adamw", "sgd", "adagrad",
+                                                  "lion", "lamb",  "muon"};
   if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
     if (std::find(kNotYet.begin(), kNotYet.end(), type) != kNotYet.end()) {
       optimizer.not_supported("type", *type_json,
@@ -356,6 +408,10 @@ void parse_optimizer(const ObjectView& top, Config& config) {
     params.check_keys(all_keys(config_detail::lamb_params_implemented_keys(),
                                config_detail::lamb_params_default_only()));
     parse_lamb_params(params, result, config.notes);
+  } else if (type == "muon") {
+    params.check_keys(all_keys(config_detail::muon_params_implemented_keys(),
+                               config_detail::muon_params_default_only()));
+    parse_muon_params(params, result, config.notes);
   } else {
     params.check_keys(all_keys(config_detail::adam_params_implemented_keys(),
                                config_detail::adam_params_default_only()));
@@ -1225,6 +1281,18 @@ std::string effective_json(const Config& config) {
       params["eps_inside_sqrt"] = opt.eps_inside_sqrt;
       params["max_coeff"] = opt.max_coeff;
       params["min_coeff"] = opt.min_coeff;
+      break;
+    case OptimizerType::kMuon:
+      type = "Muon";
+      params.erase("lr");
+      params["adam_lr"] = opt.lr;
+      params["muon_lr"] = opt.muon_lr;
+      params["momentum"] = opt.momentum;
+      params["betas"] = Json::array({opt.beta1, opt.beta2});
+      params["eps"] = opt.eps;
+      params["adam_w_mode"] = opt.aux_adam_w_mode;
+      params["ns_method"] = opt.ns_method == MuonNsMethod::kGram ? "gram" : "standard";
+      params["ns_dtype"] = opt.ns_dtype == c10::ScalarType::BFloat16 ? "bf16" : "fp32";
       break;
   }
   root["optimizer"] = {{"type", type}, {"params", params}};

@@ -327,6 +327,15 @@ const std::vector<DefaultOnlyKey>& lamb_params_default_only() {
   return keys;
 }
 
+const std::vector<DefaultOnlyKey>& muon_params_default_only() {
+  static const std::vector<DefaultOnlyKey> keys = {
+      {"per_head_muon", Kind::kValue, "false", nullptr,
+       "orthogonalising each attention head's rows apart is not implemented; every hidden "
+       "matrix is orthogonalised whole"},
+  };
+  return keys;
+}
+
 const std::vector<DefaultOnlyKey>& lion_params_default_only() {
   static const std::vector<DefaultOnlyKey> keys = {
       {"fp32_optimizer_states", Kind::kValue, "true", nullptr, nullptr},
@@ -442,6 +451,13 @@ const std::vector<std::string>& lamb_params_implemented_keys() {
 
 const std::vector<std::string>& lion_params_implemented_keys() {
   static const std::vector<std::string> keys = {"lr", "betas", "weight_decay", "max_grad_norm"};
+  return keys;
+}
+
+const std::vector<std::string>& muon_params_implemented_keys() {
+  static const std::vector<std::string> keys = {
+      "lr",  "muon_lr", "adam_lr",     "momentum",  "weight_decay", "betas",
+      "eps", "adam_w_mode", "ns_method", "ns_dtype", "max_grad_norm"};
   return keys;
 }
 

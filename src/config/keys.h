@@ -54,6 +54,7 @@ const std::vector<DefaultOnlyKey>& sgd_params_default_only();
 /// ... and to DeepSpeedCPUAdagrad / torch.optim.Adagrad, and DeepSpeedCPULion.
 const std::vector<DefaultOnlyKey>& adagrad_params_default_only();
 const std::vector<DefaultOnlyKey>& lion_params_default_only();
+const std::vector<DefaultOnlyKey>& muon_params_default_only();
 const std::vector<DefaultOnlyKey>& lamb_params_default_only();
 
 /// Implemented keys of each section.
@@ -64,6 +65,7 @@ const std::vector<std::string>& adam_params_implemented_keys();
 const std::vector<std::string>& sgd_params_implemented_keys();
 const std::vector<std::string>& adagrad_params_implemented_keys();
 const std::vector<std::string>& lion_params_implemented_keys();
+const std::vector<std::string>& muon_params_implemented_keys();
 const std::vector<std::string>& lamb_params_implemented_keys();
 const std::vector<std::string>& fp16_keys();
 const std::vector<std::string>& bf16_keys();

@@ -30,6 +30,7 @@
 #include "common/env.h"
 #include "common/parallel.h"
 #include "engine/fingerprint.h"
+#include "optim/muon.h"
 #include "zero/error.h"
 
 namespace zero {
@@ -417,7 +418,7 @@ void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent
   }
   const auto started = std::chrono::steady_clock::now();
   // LAMB's per-parameter sums, gathered from every rank (Note [LAMB's norms across shards]).
-  ParameterSumExchange exchange;
+  StepCollectives exchange;
   if (config_.optimizer.type == OptimizerType::kLamb) {
     exchange.parameters = static_cast<int>(checkpoint_parameters().size());
     exchange.gather = [this](const at::Tensor& local) {
@@ -426,6 +427,7 @@ void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent
       return all;
     };
   }
+  if (config_.optimizer.type == OptimizerType::kMuon) add_muon_collectives(exchange);
   if (state_->placement() != Placement::kNvme && !state_->params().offloaded()) {
     state_->step(grad_multiplier, lr_, lent, &exchange);
   } else {
@@ -437,6 +439,56 @@ void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent
     offload_times_.step_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   }
+}
+
+namespace {
+
+std::vector<MuonMatrix> muon_matrices_of(const std::vector<CheckpointParameter>& params) {
+  std::vector<MuonMatrix> matrices;
+  for (const CheckpointParameter& p : params) matrices.push_back(muon_matrix_of(p.name, p.shape));
+  return matrices;
+}
+
+}  // namespace
+
+std::string EngineCore::muon_notice() const {
+  if (config_.optimizer.type != OptimizerType::kMuon) return "";
+  const std::vector<CheckpointParameter> params = checkpoint_parameters();
+  std::vector<std::string> names;
+  for (const CheckpointParameter& p : params) names.push_back(p.name);
+  return muon_assignment_notice(names, muon_matrices_of(params));
+}
+
+void EngineCore::add_muon_collectives(StepCollectives& exchange) {
+  if (muon_matrices_.empty()) muon_matrices_ = muon_matrices_of(checkpoint_parameters());
+  exchange.matrices = muon_matrices_;
+  exchange.rank = rank_;
+  exchange.world = world_;
+  exchange.mode = env::muon_exchange_every_holder() ? MuonExchangeMode::kEveryHolder
+                                                    : MuonExchangeMode::kOwner;
+  exchange.gather_varying = [this](const at::Tensor& local) {
+    const at::Tensor count = at::full({1}, local.numel(), at::kLong);
+    const at::Tensor counts = at::empty({world_}, at::kLong);
+    counted(comm_->all_gather(count, counts))->wait();
+    const std::vector<int64_t> sizes(counts.data_ptr<int64_t>(),
+                                     counts.data_ptr<int64_t>() + world_);
+    int64_t total = 0;
+    for (int64_t n : sizes) total += n;
+    const at::Tensor all = at::empty({total}, at::kLong);
+    if (total > 0) counted(comm_->all_gather(local, all, sizes))->wait();
+    std::vector<at::Tensor> per_rank;
+    int64_t at = 0;
+    for (int64_t n : sizes) {
+      per_rank.push_back(all.narrow(0, at, n));
+      at += n;
+    }
+    return per_rank;
+  };
+  exchange.all_to_all = [this](const at::Tensor& input, const at::Tensor& output) {
+    CollectiveOptions labelled;
+    labelled.label = "Muon's exchange of whole matrices";  // Note [Collective signatures]
+    counted(comm_->all_to_all(input, output, labelled))->wait();
+  };
 }
 
 StateStoreMaker EngineCore::state_store_maker(at::Device device) {

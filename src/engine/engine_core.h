@@ -96,6 +96,8 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// One line for the start-up notice of a device model's offload: where the state lives,
   /// how the copies go, and when the optimizer steps (and why); "" when not offloaded.
   std::string device_offload_notice() const;
+  /// Muon's start-up listing of which parameters each half updates; empty for other types.
+  std::string muon_notice() const;
 
   std::string save_checkpoint(const std::string& dir, const std::string& tag,
                               const std::string& client_state) final;
@@ -227,6 +229,10 @@ class EngineCore : public Engine, public CheckpointSubject {
   std::shared_ptr<TransferQueue> transfer_;
   bool offload_emulated_ = false;  // ZERO_EMULATE_DEVICE_OFFLOAD on CPU ranks
   std::unique_ptr<ShardState> state_;  // Note [Shard state]; made by the stage
+  // Muon: each checkpoint parameter's part (muon_matrix_of), made at the first step.
+  std::vector<MuonMatrix> muon_matrices_;
+  // What Muon's step needs of the communicator (Note [Muon under partitioning]).
+  void add_muon_collectives(StepCollectives& exchange);
   std::unique_ptr<HostGradientPipeline> pipeline_;  // offloaded from a device only
   std::unique_ptr<LRScheduler> scheduler_;  // null: constant (or hand-set) learning rate
   LossScaler scaler_;

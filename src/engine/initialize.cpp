@@ -87,7 +87,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
         dynamic_cast<const EngineCore&>(*engine).device_offload_notice();
     for (const std::string& notice :
          {compute_dtype_notice(config), device_offload.empty() ? offload_notice(config) : device_offload,
-          checkpointing_notice}) {
+          checkpointing_notice, dynamic_cast<const EngineCore&>(*engine).muon_notice()}) {
       if (!notice.empty()) std::fprintf(stderr, "%s\n", notice.c_str());
     }
   }

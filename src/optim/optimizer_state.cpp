@@ -12,6 +12,7 @@ const char* optimizer_type_name(OptimizerType type) {
     case OptimizerType::kAdagrad: return "Adagrad";
     case OptimizerType::kLion: return "Lion";
     case OptimizerType::kLamb: return "Lamb";
+    case OptimizerType::kMuon: return "Muon";
   }
   ZERO_INTERNAL_ASSERT(false, "unknown optimizer type ", static_cast<int>(type));
   return "";
@@ -21,7 +22,10 @@ std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {
   switch (config.type) {
     case OptimizerType::kAdamW:
     case OptimizerType::kAdam:
-    case OptimizerType::kLamb: return {"exp_avg", "exp_avg_sq"};
+    case OptimizerType::kLamb:
+    // Muon: the matrices' momentum in exp_avg (their exp_avg_sq stays 0), the AdamW half's m
+    // and v (Note [Muon under partitioning], optim/muon.h).
+    case OptimizerType::kMuon: return {"exp_avg", "exp_avg_sq"};
     case OptimizerType::kSGD:
       if (config.momentum != 0.0) return {"exp_avg"};
       return {};
@@ -45,7 +49,8 @@ namespace {
 std::vector<std::vector<std::string>> states_of(const std::string& type_name) {
   for (const OptimizerType type :
        {OptimizerType::kAdamW, OptimizerType::kAdam, OptimizerType::kSGD,
-        OptimizerType::kAdagrad, OptimizerType::kLion, OptimizerType::kLamb}) {
+        OptimizerType::kAdagrad, OptimizerType::kLion, OptimizerType::kLamb,
+        OptimizerType::kMuon}) {
     if (type_name != optimizer_type_name(type)) continue;
     OptimizerConfig config;
     config.type = type;
@@ -90,6 +95,7 @@ std::string optimizer_state_description(const OptimizerConfig& config) {
     case OptimizerType::kAdagrad: return "Adagrad's sum of squares, fp32";
     case OptimizerType::kLion: return "Lion's momentum, fp32";
     case OptimizerType::kLamb: return "LAMB's m and v, fp32";
+    case OptimizerType::kMuon: return "Muon's momentum and AdamW's m and v, fp32";
   }
   return "";
 }

@@ -3,8 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <optional>
 
+#include "common/simd_level.h"
+#include "optim/adam_kernels.h"
 #include "optim/lamb.h"
 #include "optim/optimizer_state.h"
 #include "zero/error.h"
@@ -29,6 +33,10 @@ ShardState::ShardState(const OptimizerConfig& optimizer, std::shared_ptr<ParamSt
              placement_ == Placement::kNvme ? "nvme" : "cpu", "\" with parameters on ",
              params_->device(), " is not supported yet (moving the optimizer state off the ",
              "device); allowed here: \"none\"");
+  ZERO_CHECK(optimizer.type != OptimizerType::kMuon || params_->device().is_cpu(),
+             "optimizer.type = \"Muon\" with parameters on ", params_->device(),
+             " is not supported yet (its Newton-Schulz step runs on the CPU); allowed there: "
+             "Adam, AdamW, SGD, Adagrad, Lion");
   ZERO_CHECK(optimizer.type != OptimizerType::kLamb || params_->device().is_cpu(),
              "optimizer.type = \"Lamb\" with parameters on ", params_->device(),
              " is not supported yet (LAMB's exact per-parameter norms run on the CPU); allowed "
@@ -118,13 +126,18 @@ int64_t ShardState::moment_bytes() const {
 }
 
 void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent,
-                      const ParameterSumExchange* exchange) {
+                      const StepCollectives* exchange) {
   const at::Tensor& grad = lent.defined() ? lent : gradient_;
   ZERO_INTERNAL_ASSERT(grad.defined() && grad.numel() == numel(),
                        "optimizer step without a gradient over the shard space");
   if (optimizer_.config().type == OptimizerType::kLamb) {
     ZERO_INTERNAL_ASSERT(exchange != nullptr, "a LAMB step without its exchange");
     step_lamb(grad_multiplier, lr, grad, *exchange);
+    return;
+  }
+  if (optimizer_.config().type == OptimizerType::kMuon) {
+    ZERO_INTERNAL_ASSERT(exchange != nullptr, "a Muon step without its exchange");
+    step_muon(grad_multiplier, lr, grad, *exchange);
     return;
   }
   const bool fp32 = !master_in_store();
@@ -166,7 +179,7 @@ void for_each_piece(const std::vector<StateSegment>& segments, int64_t begin, in
 }  // namespace
 
 void ShardState::step_lamb(double grad_multiplier, double lr, const at::Tensor& grad,
-                           const ParameterSumExchange& exchange) {
+                           const StepCollectives& exchange) {
   optimizer_.begin_step();
   const OptimizerConfig& config = optimizer_.config();
   const LambScalars s = lamb_scalars(config, optimizer_.step_count(), grad_multiplier);
@@ -241,10 +254,211 @@ void ShardState::step_lamb(double grad_multiplier, double lr, const at::Tensor& 
   pass.finish();
 }
 
+std::vector<StateSegment> ShardState::loaded_by_offset() const {
+  std::vector<StateSegment> segments = loaded_;
+  std::sort(segments.begin(), segments.end(),
+            [](const StateSegment& a, const StateSegment& b) { return a.offset < b.offset; });
+  return segments;
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The exchange's all_to_all buffers: chunk c of `buffer` (chunk elements each) packed with
+// one slice per transfer, in list order. Calls fn(transfer, slice).
+template <typename Fn>
+void for_each_slot(const std::vector<std::vector<MuonTransfer>>& per_peer, const at::Tensor& buffer,
+                   int64_t chunk, Fn&& fn) {
+  for (size_t peer = 0; peer < per_peer.size(); ++peer) {
+    int64_t at = static_cast<int64_t>(peer) * chunk;
+    for (const MuonTransfer& t : per_peer[peer]) {
+      fn(t, buffer.narrow(0, at, t.end - t.begin));
+      at += t.end - t.begin;
+    }
+  }
+}
+
+}  // namespace
+
+// Note [Muon under partitioning] (optim/muon.h).
+void ShardState::step_muon(double grad_multiplier, double lr, const at::Tensor& grad,
+                           const StepCollectives& exchange) {
+  optimizer_.begin_step();
+  const OptimizerConfig& config = optimizer_.config();
+  const bool fp32 = !master_in_store();
+  const int first_moment = fp32 ? 0 : 1;
+  const std::vector<StateSegment> loaded = loaded_by_offset();
+  const auto is_muon = [&](int param) {
+    return param >= 0 && exchange.matrices.at(static_cast<size_t>(param)).muon();
+  };
+  if (!muon_plan_) {
+    // Every rank's holdings, once: the layout does not change while the engine lives.
+    std::vector<int64_t> mine;
+    for (const StateSegment& s : loaded) {
+      if (is_muon(s.param)) mine.insert(mine.end(), {s.param, s.begin, s.end, s.offset});
+    }
+    const at::Tensor local =
+        at::tensor(c10::ArrayRef<int64_t>(mine), at::TensorOptions().dtype(at::kLong));
+    const std::vector<at::Tensor> all = exchange.gather_varying(local);
+    std::vector<MuonHolding> holdings;
+    for (size_t r = 0; r < all.size(); ++r) {
+      const int64_t* v = all[r].data_ptr<int64_t>();
+      for (int64_t i = 0; i + 3 < all[r].numel(); i += 4) {
+        holdings.push_back({static_cast<int>(r), static_cast<int>(v[i]), v[i + 1], v[i + 2],
+                            v[i + 3]});
+      }
+    }
+    muon_plan_ = plan_muon_exchange(std::move(holdings), exchange.matrices, exchange.world,
+                                    exchange.rank, exchange.mode);
+    muon_stats_.split_matrices = muon_plan_->split_matrices;
+  }
+  const MuonExchangePlan& plan = *muon_plan_;
+  const at::TensorOptions fp32_options = at::TensorOptions().dtype(at::kFloat);
+  // u, then O, at the matrices' offsets: in the gradient itself when it is fp32 (the step
+  // consumes it and the engine zeroes it after), else in a buffer of the space's size.
+  const at::Tensor u = grad.scalar_type() == at::kFloat ? grad : at::empty({numel()}, fp32_options);
+
+  // Pass 1: the matrices' momentum and u.
+  store_->for_each_tile(
+      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+        for_each_piece(loaded, begin, end, [&](int64_t from, int64_t to, int param) {
+          if (!is_muon(param)) return;
+          muon_momentum(grad.narrow(0, from, to - from),
+                        parts[first_moment].narrow(0, from - begin, to - from),
+                        u.narrow(0, from, to - from), grad_multiplier, config.momentum);
+        });
+      },
+      /*write_back=*/true);
+
+  // The pieces of u to the matrices' owners.
+  auto started = std::chrono::steady_clock::now();
+  const int64_t world = exchange.world;
+  at::Tensor pieces_in;
+  if (plan.piece_chunk > 0) {
+    const at::Tensor pieces_out = at::zeros({world * plan.piece_chunk}, fp32_options);
+    for_each_slot(plan.send_pieces, pieces_out, plan.piece_chunk,
+                  [&](const MuonTransfer& t, const at::Tensor& slot) {
+                    slot.copy_(u.narrow(0, t.offset, t.end - t.begin));
+                    muon_stats_.elements_sent += t.end - t.begin;
+                  });
+    pieces_in = at::empty_like(pieces_out);
+    exchange.all_to_all(pieces_out, pieces_in);
+    muon_stats_.exchange_elements += pieces_out.numel();
+  }
+  muon_stats_.exchange_seconds += seconds_since(started);
+
+  // NS5 of each matrix this rank computes; its pieces of O go where u came from.
+  started = std::chrono::steady_clock::now();
+  struct Slice {
+    int64_t begin, end;
+    at::Tensor data;
+  };
+  std::map<int, std::vector<Slice>> incoming, outgoing;
+  if (pieces_in.defined()) {
+    for_each_slot(plan.receive_pieces, pieces_in, plan.piece_chunk,
+                  [&](const MuonTransfer& t, const at::Tensor& slot) {
+                    incoming[t.param].push_back({t.begin, t.end, slot});
+                  });
+  }
+  at::Tensor results_out;
+  if (plan.result_chunk > 0) {
+    results_out = at::zeros({world * plan.result_chunk}, fp32_options);
+    for_each_slot(plan.send_results, results_out, plan.result_chunk,
+                  [&](const MuonTransfer& t, const at::Tensor& slot) {
+                    outgoing[t.param].push_back({t.begin, t.end, slot});
+                    muon_stats_.elements_sent += t.end - t.begin;
+                  });
+  }
+  std::map<int, std::vector<const StateSegment*>> own;
+  for (const StateSegment& s : loaded) {
+    if (is_muon(s.param)) own[s.param].push_back(&s);
+  }
+  for (const int param : plan.computed) {
+    const MuonMatrix& matrix = exchange.matrices[static_cast<size_t>(param)];
+    const int64_t n = matrix.rows * matrix.cols;
+    const std::vector<const StateSegment*>& mine = own[param];
+    const bool whole = mine.size() == 1 && mine[0]->begin == 0 && mine[0]->end == n;
+    at::Tensor gathered = whole ? u.narrow(0, mine[0]->offset, n) : at::empty({n}, fp32_options);
+    if (!whole) {
+      for (const StateSegment* s : mine) {
+        gathered.narrow(0, s->begin, s->end - s->begin)
+            .copy_(u.narrow(0, s->offset, s->end - s->begin));
+      }
+      for (const Slice& piece : incoming[param]) {
+        gathered.narrow(0, piece.begin, piece.end - piece.begin).copy_(piece.data);
+      }
+    }
+    const at::Tensor orthogonal =
+        muon_orthogonalize(gathered.view({matrix.rows, matrix.cols}), config.ns_method,
+                           config.ns_dtype)
+            .view({-1});
+    ++muon_stats_.matrices_orthogonalized;
+    for (const StateSegment* s : mine) {
+      u.narrow(0, s->offset, s->end - s->begin)
+          .copy_(orthogonal.narrow(0, s->begin, s->end - s->begin));
+    }
+    for (const Slice& piece : outgoing[param]) {
+      piece.data.copy_(orthogonal.narrow(0, piece.begin, piece.end - piece.begin));
+    }
+  }
+  muon_stats_.ns_seconds += seconds_since(started);
+
+  // The pieces of O back to their holders.
+  started = std::chrono::steady_clock::now();
+  if (results_out.defined()) {
+    const at::Tensor results_in = at::empty_like(results_out);
+    exchange.all_to_all(results_out, results_in);
+    muon_stats_.exchange_elements += results_out.numel();
+    for_each_slot(plan.receive_results, results_in, plan.result_chunk,
+                  [&](const MuonTransfer& t, const at::Tensor& slot) {
+                    u.narrow(0, t.offset, t.end - t.begin).copy_(slot);
+                  });
+  }
+  muon_stats_.exchange_seconds += seconds_since(started);
+  ++muon_stats_.steps;
+
+  // Pass 2: the matrices' update from O; AdamW for every other element (padding too: its
+  // zeros stay zeros, and the 16-bit copy of each tile is written whole).
+  const double muon_rate = lr * config.muon_lr / config.lr;
+  OptimizerConfig aux = config;
+  aux.type = config.aux_adam_w_mode ? OptimizerType::kAdamW : OptimizerType::kAdam;
+  aux.bias_correction = true;
+  const AdamScalars adam =
+      adam_scalars(aux, optimizer_.step_count(), grad_multiplier, lr);
+  ParamStore::Pass pass = params_->pass(/*read=*/fp32, /*write=*/true);
+  store_->for_each_tile(
+      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+        const int64_t n = end - begin;
+        const at::Tensor param_tile = pass.tile(begin, n);
+        const at::Tensor master = fp32 ? param_tile : parts[0];
+        for_each_piece(loaded, begin, end, [&](int64_t from, int64_t to, int param) {
+          const int64_t at = from - begin, count = to - from;
+          const at::Tensor out = fp32 ? at::Tensor() : param_tile.narrow(0, at, count);
+          if (is_muon(param)) {
+            const MuonMatrix& m = exchange.matrices[static_cast<size_t>(param)];
+            muon_apply(master.narrow(0, at, count), u.narrow(0, from, count), out,
+                       1.0 - muon_rate * config.weight_decay,
+                       muon_rate * muon_scale(m.rows, m.cols));
+          } else {
+            adam_update(simd_level(), master.narrow(0, at, count), grad.narrow(0, from, count),
+                        out, parts[first_moment].narrow(0, at, count),
+                        parts[first_moment + 1].narrow(0, at, count), adam);
+          }
+        });
+      },
+      /*write_back=*/true);
+  pass.finish();
+}
+
 bool ShardState::supports_ranges() const {
   // LAMB's update needs every rank's sums first: it cannot step parts as gradients arrive.
+  // Muon's needs whole matrices, after an exchange.
   return store_->visits_ranges() && !params_->offloaded() &&
-         optimizer_.config().type != OptimizerType::kLamb;
+         optimizer_.config().type != OptimizerType::kLamb &&
+         optimizer_.config().type != OptimizerType::kMuon;
 }
 
 void ShardState::step_range(int64_t begin, int64_t end, double grad_multiplier, double lr) {

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "optim/muon.h"
 #include "optim/shard_optimizer.h"
 #include "state/param_store.h"
 #include "state/state_store.h"
@@ -39,12 +41,21 @@ namespace zero {
 // sub_group_size elements, so an offloaded state needs a few tiles in memory at a time; each
 // element's update reads and writes that element alone, so the tiling changes no bit.
 
-/// What LAMB's step needs from the engine (Note [LAMB's norms across shards], optim/lamb.h):
-/// how many checkpoint parameters there are (StateSegment::param indexes them), and a
-/// collective that gathers every rank's int64 tensor of n elements into [world, n].
-struct ParameterSumExchange {
+/// What the optimizers whose step needs other ranks take from the engine. LAMB (Note [LAMB's
+/// norms across shards], optim/lamb.h): how many checkpoint parameters there are
+/// (StateSegment::param indexes them), and `gather`, which gathers every rank's int64 tensor of
+/// n elements into [world * n]. Muon (Note [Muon under partitioning], optim/muon.h): each
+/// checkpoint parameter's part, this rank and the world, `gather_varying` (every rank's int64
+/// tensor, of any length, in rank order) and `all_to_all` (Communicator::all_to_all).
+struct StepCollectives {
   int parameters = 0;
   std::function<at::Tensor(const at::Tensor&)> gather;
+  std::vector<MuonMatrix> matrices;
+  int rank = 0;
+  int world = 1;
+  MuonExchangeMode mode = MuonExchangeMode::kOwner;
+  std::function<std::vector<at::Tensor>(const at::Tensor&)> gather_varying;
+  std::function<void(const at::Tensor& input, const at::Tensor& output)> all_to_all;
 };
 
 enum class Placement {
@@ -97,6 +108,9 @@ class ShardState {
   /// rounded, as a step writes them).
   void commit(StateStore& staging);
 
+  /// Muon's exchange so far (zero before its first step).
+  const MuonExchangeStats& muon_exchange_stats() const { return muon_stats_; }
+
   int64_t optimizer_steps() const { return optimizer_.step_count(); }
   void set_optimizer_steps(int64_t steps) { optimizer_.set_step_count(steps); }
 
@@ -112,10 +126,10 @@ class ShardState {
   /// One optimizer step over the space, tile by tile: the gradient (the owned shard when
   /// `lent` is undefined) times `grad_multiplier`, at learning rate `lr`; writes the master
   /// weights, the moments and, for 16-bit parameters, the rounded parameter copy.
-  /// LAMB needs `exchange` (a collective: every rank calls step together); other optimizers
-  /// ignore it.
+  /// LAMB and Muon need `exchange` (collectives: every rank calls step together); other
+  /// optimizers ignore it.
   void step(double grad_multiplier, double lr, const at::Tensor& lent = at::Tensor(),
-            const ParameterSumExchange* exchange = nullptr);
+            const StepCollectives* exchange = nullptr);
 
   /// One step in parts, each element once (the overlapped step of Note [Offload of a device
   /// model]): begin_step(), then step_range() over disjoint ranges covering the space, in any
@@ -134,7 +148,14 @@ class ShardState {
   bool master_in_store() const { return params_->dtype() != at::kFloat; }
   // LAMB's two passes (Note [LAMB's norms across shards]).
   void step_lamb(double grad_multiplier, double lr, const at::Tensor& grad,
-                 const ParameterSumExchange& exchange);
+                 const StepCollectives& exchange);
+  // Muon's two passes around the exchange (Note [Muon under partitioning]).
+  void step_muon(double grad_multiplier, double lr, const at::Tensor& grad,
+                 const StepCollectives& exchange);
+  // The loaded segments in offset order, and Muon's plan (made at its first step).
+  std::vector<StateSegment> loaded_by_offset() const;
+  std::optional<MuonExchangePlan> muon_plan_;
+  MuonExchangeStats muon_stats_;
 
   std::shared_ptr<ParamStore> params_;
   at::Tensor gradient_;
