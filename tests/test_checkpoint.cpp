@@ -170,14 +170,15 @@ TEST(Checkpoint, OffloadedResumeIsBitExact) {
   }
 }
 
-// Adagrad (its sum starting at initial_accumulator_value), Lion and LAMB keep their state in
-// checkpoints as Adam does: resumed at every stage, in memory and with the state on NVMe
-// (saved one way, loaded the other), they give the uninterrupted run's losses and parameters
-// bit for bit; and a checkpoint names its optimizer, so loading it under the other refuses.
-TEST(Checkpoint, AdagradLionAndLambResumeBitExactly) {
+// Adagrad (its sum starting at initial_accumulator_value), Lion, LAMB and Muon (its matrices'
+// momentum and its AdamW half's moments) keep their state in checkpoints as Adam does: resumed
+// at every stage, in memory and with the state on NVMe (saved one way, loaded the other), they
+// give the uninterrupted run's losses and parameters bit for bit; and a checkpoint names its
+// optimizer, so loading it under the other refuses.
+TEST(Checkpoint, AdagradLionLambAndMuonResumeBitExactly) {
   const ModelSpec spec = tiny_gpt2_spec();
   const std::string nvme = shared_dir("adagrad-lion-nvme");
-  for (const char* type : {"Adagrad", "Lion", "Lamb"}) {
+  for (const char* type : {"Adagrad", "Lion", "Lamb", "Muon"}) {
     for (int stage = 0; stage <= 3; ++stage) {
       SCOPED_TRACE(std::string(type) + " stage " + std::to_string(stage));
       RunOptions in_memory = fp16_scheduled(stage);

@@ -78,12 +78,13 @@ if(TARGET zero-train)
                    ${CMAKE_CURRENT_BINARY_DIR}/train/run-stage3/metrics.csv 1e-4)
   set_tests_properties(zero_train_stage3_matches_stage2 PROPERTIES
                        FIXTURES_REQUIRED zero_train_stage2_and_3)
-  # The example configs of the other optimizers (configs/adagrad.json, lion.json, lamb.json, at
+  # The example configs of the other optimizers (configs/adagrad.json, lion.json, lamb.json,
+  # muon.json, at
   # stage 2) train, in fp32 (their bf16 section taken out: "auto" would measure the GEMMs and
   # might compute the two runs in different dtypes), with the summary's memory figures equal
   # to the formula for their state, and the same config at stage 3 gives the same per-step
   # losses (clipping's norm, summed in another order, may perturb the last bits).
-  foreach(optimizer adagrad lion lamb)
+  foreach(optimizer adagrad lion lamb muon)
     file(READ ${PROJECT_SOURCE_DIR}/configs/${optimizer}.json example)
     string(REPLACE "  \"bf16\": {\"enabled\": true},\n" "" example "${example}")
     file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/train/${optimizer}.json "${example}")
@@ -213,10 +214,12 @@ if(TARGET zero-train)
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/train/check_reshard_train.sh $<TARGET_FILE:zero-train>
                    ${ZERO_RUN_SCRIPT} ${CMAKE_CURRENT_BINARY_DIR}/train/reshard-llama llama-tiny)
   set_tests_properties(zero_train_reshard_llama PROPERTIES TIMEOUT 600)
-  # Adagrad's, Lion's and LAMB's state through the same reshard, on gpt2-tiny.
+  # Adagrad's, Lion's, LAMB's and Muon's state through the same reshard, on gpt2-tiny (Muon's
+  # matrices cut differently by each layout: Note [Muon under partitioning]).
   foreach(optimizer "Adagrad|{\"type\": \"Adagrad\", \"params\": {\"lr\": 0.02, \"initial_accumulator_value\": 0.1}}"
                     "Lion|{\"type\": \"Lion\", \"params\": {\"lr\": 3e-4, \"weight_decay\": 0.1}}"
-                    "Lamb|{\"type\": \"Lamb\", \"params\": {\"lr\": 4e-3, \"weight_decay\": 0.01}}")
+                    "Lamb|{\"type\": \"Lamb\", \"params\": {\"lr\": 4e-3, \"weight_decay\": 0.01}}"
+                    "Muon|{\"type\": \"Muon\", \"params\": {\"muon_lr\": 0.02, \"adam_lr\": 1e-3, \"weight_decay\": 0.01}}")
     string(FIND "${optimizer}" "|" bar)
     string(SUBSTRING "${optimizer}" 0 ${bar} name)
     math(EXPR json_start "${bar} + 1")

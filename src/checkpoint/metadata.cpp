@@ -418,8 +418,7 @@ Metadata parse_metadata(const Json& json, const std::string& path, const std::st
   if (!optimizer.is_object()) f.invalid("optimizer", &optimizer, "an object {type, state}");
   f.only_keys(optimizer, "optimizer", {"type", "state"});
   m.optimizer =
-      f.string(optimizer, "optimizer.", "type",
-               {"AdamW", "Adam", "SGD", "Adagrad", "Lion", "Lamb"});
+      f.string(optimizer, "optimizer.", "type", optimizer_type_names());
   const Json& state = optimizer.at("state");
   bool strings = state.is_array();
   for (const Json& kind : state) strings = strings && kind.is_string();

@@ -18,6 +18,20 @@ const char* optimizer_type_name(OptimizerType type) {
   return "";
 }
 
+namespace {
+
+constexpr OptimizerType kEveryType[] = {
+    OptimizerType::kAdamW,   OptimizerType::kAdam, OptimizerType::kSGD, OptimizerType::kAdagrad,
+    OptimizerType::kLion, OptimizerType::kLamb, OptimizerType::kMuon};
+
+}  // namespace
+
+std::vector<std::string> optimizer_type_names() {
+  std::vector<std::string> names;
+  for (const OptimizerType type : kEveryType) names.push_back(optimizer_type_name(type));
+  return names;
+}
+
 std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {
   switch (config.type) {
     case OptimizerType::kAdamW:
@@ -47,10 +61,7 @@ namespace {
 // The state lists a checkpoint of the type named `type_name` may hold (SGD: without and with
 // momentum), from optimizer_state_names; none for an unknown name.
 std::vector<std::vector<std::string>> states_of(const std::string& type_name) {
-  for (const OptimizerType type :
-       {OptimizerType::kAdamW, OptimizerType::kAdam, OptimizerType::kSGD,
-        OptimizerType::kAdagrad, OptimizerType::kLion, OptimizerType::kLamb,
-        OptimizerType::kMuon}) {
+  for (const OptimizerType type : kEveryType) {
     if (type_name != optimizer_type_name(type)) continue;
     OptimizerConfig config;
     config.type = type;

@@ -9,9 +9,12 @@
 
 namespace zero {
 
-/// DeepSpeed's name of the type: "AdamW", "Adam", "SGD", "Adagrad", "Lion", "Lamb" (the config's
+/// DeepSpeed's name of the type: "AdamW", "Adam", "SGD", "Adagrad", "Lion", "Lamb", "Muon" (the config's
 /// optimizer.type as zero writes it, and the checkpoints' optimizer.type).
 const char* optimizer_type_name(OptimizerType type);
+
+/// Every type's name, in OptimizerType order: what a checkpoint's optimizer.type may be.
+std::vector<std::string> optimizer_type_names();
 
 /// The state kept per element, by checkpoint name (DeepSpeed's state keys), in the order
 /// ShardOptimizer::update takes them: Adam(W) {"exp_avg", "exp_avg_sq"}; SGD with momentum
