@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Each optimizer's example config (configs/{adamw: stage3.json's optimizer, adagrad, lion,
-# lamb}.json) training the same model on the same data for STEPS steps at ZeRO stage 2 on 2
+# lamb, muon}.json) training the same model on the same data for STEPS steps at ZeRO stage 2 on 2
 # ranks, in fp32 (the configs' bf16 sections taken out, so every run computes alike), with
 # the final training and validation losses side by side (docs/benchmarks.md, issue 42).
-#   bench/optimizers_side_by_side.sh [STEPS=300] [MODEL=gpt2-mini] [SEQ=64]
+#   bench/optimizers_side_by_side.sh [STEPS=300] [MODEL=gpt2-mini] [SEQ=64] [OPTIMIZERS]
+# OPTIMIZERS: a space-separated subset of "adamw adagrad lion lamb muon" (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-300}"; model="${2:-gpt2-mini}"; seq="${3:-64}"
+optimizers="${4:-adamw adagrad lion lamb muon}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for optimizer in adamw adagrad lion lamb; do
+for optimizer in $optimizers; do
   source_config="configs/$optimizer.json"
   [ "$optimizer" = adamw ] && source_config=configs/stage3.json
   python3 - "$source_config" "$work/$optimizer.json" <<'PY'

@@ -47,7 +47,16 @@ struct ZERO_API PlanUnit {
   std::vector<int64_t> parameter_numels;
   bool declared = true;       // false: parameters outside every unit (whole at stage 3)
   bool checkpointed = false;  // its calls are checkpointed (when the model checkpoints)
+  /// Optional, parallel to parameter_numels: each parameter's shape and name (what Muon's rows
+  /// need: which parameters are hidden matrices, and their sides). Without shapes the plan has
+  /// no row for Muon's step; without names the unit's name stands for its parameters'.
+  std::vector<std::vector<int64_t>> parameter_shapes = {};
+  std::vector<std::string> parameter_names = {};
 };
+
+/// A unit of parameters given by shape (their numels follow).
+ZERO_API PlanUnit plan_unit(std::string name, std::vector<std::vector<int64_t>> shapes,
+                            bool declared, bool checkpointed = false);
 
 struct ZERO_API PlanModel {
   std::string name;

@@ -38,6 +38,7 @@
 #include "engine/host_offload.h"
 #include "engine/unit_grouping.h"
 #include "offload/swap_file.h"
+#include "optim/muon.h"
 #include "optim/optimizer_state.h"
 #include "state/param_store.h"
 #include "zero/error.h"
@@ -61,6 +62,7 @@ struct Groups {
   std::vector<int64_t> partitioned;  // per unit with any, in order
   std::vector<int> group_of_unit;    // per PlanModel unit: its index in `partitioned`, or -1
   int64_t persistent = 0;
+  std::vector<bool> persistent_parameter;  // per parameter, in the units' order
 };
 
 Groups stage3_groups(const PlanModel& model, const ZeroOptimizationConfig& zero) {
@@ -70,6 +72,7 @@ Groups stage3_groups(const PlanModel& model, const ZeroOptimizationConfig& zero)
     for (int64_t p : unit.parameter_numels) {
       const bool small = p <= zero.stage3_param_persistence_threshold &&
                          groups.persistent + p <= zero.stage3_model_persistence_threshold;
+      groups.persistent_parameter.push_back(!unit.declared || small);
       if (!unit.declared || small) {
         groups.persistent += p;
       } else {
@@ -181,7 +184,114 @@ int64_t simulated_gathered_peak(const PlanModel& model, const Groups& groups,
 
 std::string human(int64_t bytes) { return byte_size_text(bytes); }
 
+// What Muon's step holds beyond its state (Note [Muon under partitioning], ShardState's
+// step_muon): u in fp32 when the kept gradient is not (else u is written over it), and, at
+// the largest of its three phases, the exchange's buffers and Newton-Schulz's working set
+// (first exchange: pieces out and in; NS5: pieces in, results out, the largest matrix's
+// gathered copy, two copies of it and five of its short side squared; second exchange:
+// results out and in). The holdings are laid out as the engines lay them out (Note [Flat
+// buffers]: reverse registration order at stages 1-2; Note [Stage 3 units]: per unit group);
+// the exchange is plan_muon_exchange's. 0 when the model gives no shapes.
+int64_t muon_step_bytes(const PlanModel& model, const Config& config, int world,
+                        const Groups& groups, int64_t shard_numel, std::string* basis) {
+  const int stage = config.zero_optimization.stage;
+  struct Param {
+    int64_t numel;
+    bool persistent;
+  };
+  std::vector<Param> params;
+  std::vector<MuonMatrix> matrices;
+  for (const PlanUnit& unit : model.units) {
+    if (unit.parameter_shapes.size() != unit.parameter_numels.size()) return 0;
+    for (size_t i = 0; i < unit.parameter_numels.size(); ++i) {
+      const std::string& name =
+          i < unit.parameter_names.size() ? unit.parameter_names[i] : unit.name;
+      const size_t index = params.size();
+      params.push_back({unit.parameter_numels[i],
+                        stage == 3 && index < groups.persistent_parameter.size() &&
+                            groups.persistent_parameter[index]});
+      matrices.push_back(muon_matrix_of(name, unit.parameter_shapes[i]));
+    }
+  }
+  std::vector<MuonHolding> holdings;
+  auto hold = [&](int param, int64_t offset, const ShardLayout& layout) {
+    for (int r = 0; r < world; ++r) {
+      const Range owned = layout.owned(r);
+      const int64_t begin = std::max(owned.begin, offset);
+      const int64_t end = std::min(owned.end, offset + params[static_cast<size_t>(param)].numel);
+      if (begin < end) holdings.push_back({r, param, begin - offset, end - offset, 0});
+    }
+  };
+  const int n = static_cast<int>(params.size());
+  if (stage == 1 || stage == 2) {
+    int64_t psi = 0;
+    for (const Param& p : params) psi += p.numel;
+    const ShardLayout layout = shard_layout(psi, world, kShardAlignment);
+    int64_t offset = 0;
+    for (int i = n - 1; i >= 0; --i) {
+      if (matrices[static_cast<size_t>(i)].muon()) hold(i, offset, layout);
+      offset += params[static_cast<size_t>(i)].numel;
+    }
+  } else if (stage == 3) {
+    int i = 0;
+    for (const PlanUnit& unit : model.units) {
+      int64_t group = 0;
+      for (int j = i; j < i + static_cast<int>(unit.parameter_numels.size()); ++j) {
+        if (!params[static_cast<size_t>(j)].persistent) group += params[static_cast<size_t>(j)].numel;
+      }
+      const ShardLayout layout = shard_layout(group, world, kShardAlignment);
+      int64_t offset = 0;
+      for (size_t k = 0; k < unit.parameter_numels.size(); ++k, ++i) {
+        if (params[static_cast<size_t>(i)].persistent) continue;
+        if (matrices[static_cast<size_t>(i)].muon()) hold(i, offset, layout);
+        offset += params[static_cast<size_t>(i)].numel;
+      }
+    }
+  }
+  const MuonExchangePlan plan =
+      plan_muon_exchange(holdings, matrices, world, 0, MuonExchangeMode::kOwner);
+  std::vector<bool> split(matrices.size(), false);
+  for (const MuonHolding& h : holdings) {
+    if (h.end - h.begin < params[static_cast<size_t>(h.param)].numel) {
+      split[static_cast<size_t>(h.param)] = true;
+    }
+  }
+  int64_t working = 0;
+  MuonMatrix largest;
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    const MuonMatrix& m = matrices[i];
+    if (!m.muon()) continue;
+    const int64_t side = std::min(m.rows, m.cols), numel = m.rows * m.cols;
+    const int64_t bytes = 4 * ((split[i] ? 3 : 2) * numel + 5 * side * side);
+    if (bytes > working) {
+      working = bytes;
+      largest = m;
+    }
+  }
+  if (!largest.muon()) return 0;
+  const int64_t pieces = 4 * world * plan.piece_chunk, results = 4 * world * plan.result_chunk;
+  const int64_t u = kept_gradient_dtype(config) == at::kFloat ? 0 : 4 * shard_numel;
+  *basis = "Newton-Schulz of the largest matrix (" + std::to_string(largest.rows) + " x " +
+           std::to_string(largest.cols) + ")" +
+           (plan.split_matrices > 0
+                ? ", the exchange of " + std::to_string(plan.split_matrices) + " split matrices"
+                : std::string()) +
+           (u > 0 ? ", u in fp32" : "");
+  return u + std::max({2 * pieces, pieces + results + working, 2 * results});
+}
+
 }  // namespace
+
+PlanUnit plan_unit(std::string name, std::vector<std::vector<int64_t>> shapes, bool declared,
+                   bool checkpointed) {
+  PlanUnit unit{std::move(name), {}, declared, checkpointed, std::move(shapes)};
+  for (const std::vector<int64_t>& shape : unit.parameter_shapes) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    unit.parameter_numels.push_back(numel);
+  }
+  return unit;
+}
 
 int64_t PlanModel::num_parameters() const {
   int64_t n = 0;
@@ -207,6 +317,8 @@ PlanModel plan_model_of(const torch::nn::Module& module) {
     const int home = units.home_unit[i];
     PlanUnit& unit = home >= 0 ? model.units[home] : outside;
     unit.parameter_numels.push_back(collected.parameters[i].numel);
+    unit.parameter_shapes.push_back(collected.parameters[i].tensor.sizes().vec());
+    unit.parameter_names.push_back(collected.parameters[i].name);
   }
   if (!outside.parameter_numels.empty()) model.units.push_back(std::move(outside));
   std::unordered_set<const void*> frozen;
@@ -404,6 +516,7 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
   if (e.master_params > 0) add("fp32 master", e.master_params, state_place, "fp32");
   add("optimizer state", e.optimizer_state, state_place,
       optimizer_state_description(config.optimizer));
+
   if (e.staging + param_staging > 0) {
     add("NVMe staging", e.staging + param_staging, MemoryPlace::kHost,
         "offload_optimizer's buffer_count tiles, offload_param's slots and step tile");
@@ -487,6 +600,21 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
     add(checkpointing ? "  without checkpointing" : "  with checkpointing",
         (checkpointing ? model.activations : *model.checkpointed).peak(), compute_place,
         "not in this plan's peak", /*in_peak=*/false);
+  }
+  if (config.optimizer.type == OptimizerType::kMuon) {
+    // The step runs after backward has freed the activations (host ranks: Muon runs on the
+    // CPU), so the peak counts the larger of the two.
+    std::string basis;
+    const int64_t bytes = muon_step_bytes(model, config, world, groups, state_numel / world, &basis);
+    const int64_t freed = compute_place == MemoryPlace::kHost ? used.peak() : 0;
+    if (bytes > 0) {
+      add("Muon's step", bytes, MemoryPlace::kHost,
+          basis + "; after backward, in the activations' place", /*in_peak=*/false);
+    }
+    if (bytes > freed) {
+      add("  beyond the activations", bytes - freed, MemoryPlace::kHost,
+          "what Muon's step needs more than the activations it follows");
+    }
   }
 
   for (const MemoryPlanRow& r : plan.rows) {

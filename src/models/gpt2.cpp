@@ -538,15 +538,16 @@ PlanModel GPT2Config::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarTy
              "sequence at most n_positions = ", n_positions);
   PlanModel model;
   const int64_t C = n_embd;
-  model.units.push_back(PlanUnit{"transformer.wte", {vocab_size * C}, true});
-  model.units.push_back(PlanUnit{"transformer.wpe", {n_positions * C}, true});
+  // Each unit's parameters by shape (Conv1D weights are stored [in, out]).
+  model.units.push_back(plan_unit("transformer.wte", {{vocab_size, C}}, true));
+  model.units.push_back(plan_unit("transformer.wpe", {{n_positions, C}}, true));
   for (int64_t i = 0; i < n_layer; ++i) {
-    model.units.push_back(PlanUnit{"transformer.h." + std::to_string(i),
-                                   {C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C,
-                                    4 * C * C, C},
-                                   true, i < checkpointed_blocks});
+    model.units.push_back(plan_unit("transformer.h." + std::to_string(i),
+                               {{C}, {C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C}, {C}, {C, 4 * C},
+                                {4 * C}, {4 * C, C}, {C}},
+                               true, i < checkpointed_blocks));
   }
-  model.units.push_back(PlanUnit{"transformer.ln_f", {C, C}, false});
+  model.units.push_back(plan_unit("transformer.ln_f", {{C}, {C}}, false));
   // forward_loss: wte and wpe, the blocks, then wte again for the tied head.
   for (int u = 0; u < static_cast<int>(n_layer) + 2; ++u) model.forward_calls.push_back(u);
   model.forward_calls.push_back(0);

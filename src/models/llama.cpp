@@ -519,30 +519,31 @@ PlanModel LlamaConfig::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarT
   PlanModel model;
   const int64_t H = hidden_size, D = resolved_head_dim(), I = intermediate_size;
   const int64_t Q = num_attention_heads * D, K = num_key_value_heads * D;
-  model.units.push_back(PlanUnit{"model.embed_tokens", {vocab_size * H}, true});
+  // Each unit's parameters by shape (Linear weights are stored [out, in]).
+  model.units.push_back(plan_unit("model.embed_tokens", {{vocab_size, H}}, true));
   for (int64_t i = 0; i < num_hidden_layers; ++i) {
-    std::vector<int64_t> numels = {Q * H};
-    if (qkv_bias) numels.push_back(Q);
-    numels.push_back(K * H);
-    if (qkv_bias) numels.push_back(K);
-    numels.push_back(K * H);
-    if (qkv_bias) numels.push_back(K);
-    numels.push_back(H * Q);
-    if (o_bias) numels.push_back(H);
+    std::vector<std::vector<int64_t>> shapes = {{Q, H}};
+    if (qkv_bias) shapes.push_back({Q});
+    shapes.push_back({K, H});
+    if (qkv_bias) shapes.push_back({K});
+    shapes.push_back({K, H});
+    if (qkv_bias) shapes.push_back({K});
+    shapes.push_back({H, Q});
+    if (o_bias) shapes.push_back({H});
     for (const auto& [in, out] : {std::pair<int64_t, int64_t>{H, I}, {H, I}, {I, H}}) {
-      numels.push_back(in * out);
-      if (mlp_bias) numels.push_back(out);
+      shapes.push_back({out, in});
+      if (mlp_bias) shapes.push_back({out});
     }
-    numels.push_back(H);
-    numels.push_back(H);
-    model.units.push_back(PlanUnit{"model.layers." + std::to_string(i), numels, true,
-                                   i < checkpointed_blocks});
+    shapes.push_back({H});
+    shapes.push_back({H});
+    model.units.push_back(plan_unit("model.layers." + std::to_string(i), std::move(shapes), true,
+                               i < checkpointed_blocks));
   }
   // Declared units in module order, then the parameters outside every unit (the final norm),
   // as plan_model_of lists a built model.
   const int head_unit = tie_word_embeddings ? 0 : static_cast<int>(model.units.size());
-  if (!tie_word_embeddings) model.units.push_back(PlanUnit{"lm_head", {vocab_size * H}, true});
-  model.units.push_back(PlanUnit{"model.norm", {H}, false});
+  if (!tie_word_embeddings) model.units.push_back(plan_unit("lm_head", {{vocab_size, H}}, true));
+  model.units.push_back(plan_unit("model.norm", {{H}}, false));
   for (int u = 0; u <= static_cast<int>(num_hidden_layers); ++u) model.forward_calls.push_back(u);
   model.forward_calls.push_back(head_unit);
   model.micro_batch = micro_batch;

@@ -12,22 +12,22 @@
 // and every other parameter (embeddings, the head, norms, biases: muon_matrix_of's rule) takes
 // AdamW's update from the auxiliary rate, betas and eps.
 //
-// The flat partition cuts a matrix wherever a shard boundary falls: at stages 1-2 the few
-// matrices that straddle a boundary, at stage 3 nearly every matrix (each unit's group is
-// cut into N shards). The momentum and u are element-wise, so each rank keeps them for the
-// elements it holds, but NS5 needs the whole u. Two ways to bring u together:
+// The flat partition cuts a matrix wherever a shard boundary falls inside it: at stages 1-2
+// at most N - 1 matrices in all, at stage 3 up to N - 1 per unit (every matrix of a unit once
+// N exceeds its matrices). The momentum and u are element-wise, so each rank keeps them for
+// the elements it holds, but NS5 needs the whole u. For a matrix of n elements held in pieces
+// by H ranks, two ways to bring u together:
 //   - every holder gathers the whole u and orthogonalises it itself ("every-holder": one
-//     exchange; each of the H holders of a matrix receives the (H-1)/H it lacks and runs the
-//     same NS5, H times over);
-//   - one owner per matrix receives the pieces, orthogonalises once and sends each holder its
-//     piece of O back ("owner": two exchanges of about a 1/H share each; NS5 once).
-// zero uses the owner (bench/muon_exchange.sh measures both; docs/benchmarks.md "Muon's
-// exchange"): at stage 3 on N ranks a rank moves 2 (N - 1) / N^2 of its matrices' elements
-// instead of (N - 1) / N, and the NS5 work, which grows as rows x cols x min(rows, cols), is
-// divided among the ranks instead of repeated on each. A matrix some rank holds whole (all of
-// them at stage 0, most at stages 1-2) is orthogonalised there with no exchange. Owners are
-// chosen by plan_muon_exchange, a pure function of every rank's holdings (gathered once):
-// the largest split matrix first, to the holder with the least NS5 work so far.
+//     exchange moving (H - 1) n elements in all; NS5 H times over);
+//   - one owner receives the pieces, orthogonalises once and sends each holder its piece of O
+//     back ("owner": two exchanges moving 2 (H - 1) / H n; NS5 once).
+// At H = 2 both move n; the owner runs half the NS5 work. At larger H the owner moves about 2n
+// against (H - 1) n. zero uses the owner. Measured (bench/muon_exchange.sh, docs/benchmarks.md
+// "Muon's exchange"): see there for the step time, bytes and memory of both on gpt2-mini.
+// A matrix some rank holds whole (all of them at stage 0, most at stages 1-2) is orthogonalised
+// there with no exchange. Owners are chosen by plan_muon_exchange, a pure function of every
+// rank's holdings (gathered once): the largest split matrix first, to the holder with the
+// least NS5 work so far.
 //
 // The result is the same bits at every stage and world size for the same u: NS5 runs on the
 // whole matrix by one function whose GEMMs are cut into fixed blocks computed one after

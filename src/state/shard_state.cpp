@@ -404,6 +404,8 @@ void ShardState::step_muon(double grad_multiplier, double lr, const at::Tensor& 
       piece.data.copy_(orthogonal.narrow(0, piece.begin, piece.end - piece.begin));
     }
   }
+  incoming.clear();  // the pieces of u are spent: their buffer goes before the second exchange
+  pieces_in = at::Tensor();
   muon_stats_.ns_seconds += seconds_since(started);
 
   // The pieces of O back to their holders.
