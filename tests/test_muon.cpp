@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <random>
 #include <vector>
 
@@ -161,7 +162,8 @@ std::vector<MuonHolding> cut(const std::vector<MuonMatrix>& matrices, int world,
 // with NS5 of each whole matrix at its pieces.
 void expect_exchange_orthogonalizes(const std::vector<MuonMatrix>& matrices, int world,
                                     bool whole, MuonExchangeMode mode,
-                                    std::vector<MuonExchangePlan>* plans_out = nullptr) {
+                                    std::vector<MuonExchangePlan>* plans_out = nullptr,
+                                    int64_t batch_cap = kMuonExchangeBatchElements) {
   std::vector<int64_t> space;
   const std::vector<MuonHolding> holdings = cut(matrices, world, whole, &space);
   std::vector<at::Tensor> full;  // each matrix's u
@@ -178,21 +180,35 @@ void expect_exchange_orthogonalizes(const std::vector<MuonMatrix>& matrices, int
   for (int r = 0; r < world; ++r) {
     std::vector<MuonHolding> shuffled = holdings;  // any order gives the same plan
     std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(static_cast<unsigned>(r)));
-    plans.push_back(plan_muon_exchange(shuffled, matrices, world, r, mode));
-    ASSERT_EQ(plans.back().piece_chunk, plans.front().piece_chunk);
-    ASSERT_EQ(plans.back().result_chunk, plans.front().result_chunk);
+    plans.push_back(plan_muon_exchange(shuffled, matrices, world, r, mode, batch_cap));
+    ASSERT_EQ(plans.back().batches.size(), plans.front().batches.size());
+    for (size_t b = 0; b < plans.back().batches.size(); ++b) {
+      ASSERT_EQ(plans.back().batches[b].piece_chunk, plans.front().batches[b].piece_chunk);
+      ASSERT_EQ(plans.back().batches[b].result_chunk, plans.front().batches[b].result_chunk);
+    }
   }
-  // Round 1: rank r's chunk for peer p is what p receives from r, in the same order.
-  std::map<std::pair<int, int>, std::vector<at::Tensor>> pieces;  // (computer, param)
-  for (int r = 0; r < world; ++r) {
-    for (int p = 0; p < world; ++p) {
-      const auto& sent = plans[static_cast<size_t>(r)].send_pieces[static_cast<size_t>(p)];
-      const auto& received = plans[static_cast<size_t>(p)].receive_pieces[static_cast<size_t>(r)];
-      ASSERT_EQ(sent.size(), received.size());
-      for (size_t i = 0; i < sent.size(); ++i) {
-        ASSERT_EQ(sent[i].param, received[i].param);
-        ASSERT_EQ(sent[i].begin, received[i].begin);
-        ASSERT_EQ(sent[i].end, received[i].end);
+  // Each batch: rank r's chunk for peer p is what p receives from r, in the same order, and
+  // both directions fit the batch's chunks.
+  for (size_t b = 0; b < plans.front().batches.size(); ++b) {
+    for (int r = 0; r < world; ++r) {
+      for (int p = 0; p < world; ++p) {
+        const MuonExchangeBatch& from = plans[static_cast<size_t>(r)].batches[b];
+        const MuonExchangeBatch& to = plans[static_cast<size_t>(p)].batches[b];
+        for (const auto& [sent, received, chunk] :
+             {std::tuple{&from.send_pieces, &to.receive_pieces, from.piece_chunk},
+              std::tuple{&from.send_results, &to.receive_results, from.result_chunk}}) {
+          const auto& out = (*sent)[static_cast<size_t>(p)];
+          const auto& in = (*received)[static_cast<size_t>(r)];
+          ASSERT_EQ(out.size(), in.size());
+          int64_t elements = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            ASSERT_EQ(out[i].param, in[i].param);
+            ASSERT_EQ(out[i].begin, in[i].begin);
+            ASSERT_EQ(out[i].end, in[i].end);
+            elements += out[i].end - out[i].begin;
+          }
+          EXPECT_LE(elements, chunk);
+        }
       }
     }
   }
@@ -209,11 +225,13 @@ void expect_exchange_orthogonalizes(const std::vector<MuonMatrix>& matrices, int
         gathered.narrow(0, h.begin, h.end - h.begin)
             .copy_(u[static_cast<size_t>(r)].narrow(0, h.offset, h.end - h.begin));
       }
-      for (int s = 0; s < world; ++s) {
-        for (const MuonTransfer& t : plan.receive_pieces[static_cast<size_t>(s)]) {
-          if (t.param != param) continue;
-          gathered.narrow(0, t.begin, t.end - t.begin)
-              .copy_(u[static_cast<size_t>(s)].narrow(0, t.offset, t.end - t.begin));
+      for (const MuonExchangeBatch& batch : plan.batches) {
+        for (int s = 0; s < world; ++s) {
+          for (const MuonTransfer& t : batch.receive_pieces[static_cast<size_t>(s)]) {
+            if (t.param != param) continue;
+            gathered.narrow(0, t.begin, t.end - t.begin)
+                .copy_(u[static_cast<size_t>(s)].narrow(0, t.offset, t.end - t.begin));
+          }
         }
       }
       ASSERT_FALSE(at::isnan(gathered).any().item<bool>()) << "matrix " << param << " on " << r;
@@ -229,17 +247,15 @@ void expect_exchange_orthogonalizes(const std::vector<MuonMatrix>& matrices, int
     const bool computes = std::find(plan.computed.begin(), plan.computed.end(), h.param) !=
                           plan.computed.end();
     int delivered = computes ? 1 : 0;
-    for (int o = 0; o < world; ++o) {
-      for (const MuonTransfer& t : plan.receive_results[static_cast<size_t>(o)]) {
-        if (t.param != h.param || t.begin != h.begin) continue;
-        ++delivered;
-        const auto& sent = plans[static_cast<size_t>(o)].send_results[static_cast<size_t>(h.rank)];
-        EXPECT_TRUE(std::any_of(sent.begin(), sent.end(), [&](const MuonTransfer& x) {
-          return x.param == t.param && x.begin == t.begin && x.end == t.end;
-        }));
-        EXPECT_TRUE(std::find(plans[static_cast<size_t>(o)].computed.begin(),
-                              plans[static_cast<size_t>(o)].computed.end(),
-                              h.param) != plans[static_cast<size_t>(o)].computed.end());
+    for (size_t b = 0; b < plan.batches.size(); ++b) {
+      for (int o = 0; o < world; ++o) {
+        for (const MuonTransfer& t : plan.batches[b].receive_results[static_cast<size_t>(o)]) {
+          if (t.param != h.param || t.begin != h.begin) continue;
+          ++delivered;
+          const MuonExchangePlan& owner = plans[static_cast<size_t>(o)];
+          EXPECT_TRUE(std::find(owner.batches[b].computed.begin(), owner.batches[b].computed.end(),
+                                h.param) != owner.batches[b].computed.end());
+        }
       }
     }
     EXPECT_EQ(delivered, 1) << "piece of matrix " << h.param << " on rank " << h.rank;
@@ -272,6 +288,10 @@ TEST(MuonExchangePlan, EveryPieceMeetsItsMatrixAndComesBack) {
                    std::to_string(static_cast<int>(mode)));
       expect_exchange_orthogonalizes(matrices, world, /*whole=*/false, mode);
       expect_exchange_orthogonalizes(matrices, world, /*whole=*/true, mode);
+      // Batches of at most 2000 elements (a larger matrix alone): several round trips.
+      std::vector<MuonExchangePlan> plans;
+      expect_exchange_orthogonalizes(matrices, world, /*whole=*/false, mode, &plans, 2000);
+      if (world > 2) EXPECT_GE(plans.front().batches.size(), 2u);
     }
   }
 }
@@ -282,8 +302,32 @@ TEST(MuonExchangePlan, HeldWholeMovesNothingAndOwnersBalanceTheWork) {
   std::vector<MuonExchangePlan> plans;
   expect_exchange_orthogonalizes(matrices, 3, /*whole=*/true, MuonExchangeMode::kOwner, &plans);
   for (const MuonExchangePlan& plan : plans) {
-    EXPECT_EQ(plan.piece_chunk + plan.result_chunk, 0);
+    EXPECT_TRUE(plan.batches.empty());
+    EXPECT_EQ(plan.local.size(), 24u);
     EXPECT_EQ(plan.split_matrices, 0);
+  }
+  // Stages 1-2's shape when one rank's shard holds every matrix whole (GPT-2 at 2 ranks: the
+  // embedding fills the other shard): the owners move about half the matrices to the idle
+  // rank, and every holder leaves them all where they are.
+  {
+    std::vector<MuonHolding> on_rank0;
+    for (int p = 0; p < 24; ++p) on_rank0.push_back({0, p, 0, 32 * 96, p * 32 * 96});
+    const MuonExchangePlan spread =
+        plan_muon_exchange(on_rank0, matrices, 2, 1, MuonExchangeMode::kOwner);
+    const MuonExchangePlan kept =
+        plan_muon_exchange(on_rank0, matrices, 2, 1, MuonExchangeMode::kEveryHolder);
+    EXPECT_EQ(spread.computed.size(), 12u);
+    EXPECT_EQ(spread.work[0], spread.work[1]);
+    EXPECT_EQ(spread.moved_elements, 12 * 32 * 96);  // rank 1 sends the results back
+    int64_t received = 0;
+    for (const MuonExchangeBatch& batch : spread.batches) {
+      for (const MuonTransfer& t : batch.receive_pieces[0]) received += t.end - t.begin;
+    }
+    EXPECT_EQ(received, 12 * 32 * 96);
+    EXPECT_TRUE(kept.computed.empty());
+    for (const MuonExchangeBatch& batch : kept.batches) {
+      EXPECT_EQ(batch.piece_chunk + batch.result_chunk, 0);
+    }
   }
   // Stage 3's shape: every matrix cut among all the ranks.
   const int world = 4;

@@ -185,11 +185,10 @@ int64_t simulated_gathered_peak(const PlanModel& model, const Groups& groups,
 std::string human(int64_t bytes) { return byte_size_text(bytes); }
 
 // What Muon's step holds beyond its state (Note [Muon under partitioning], ShardState's
-// step_muon): u in fp32 when the kept gradient is not (else u is written over it), and, at
-// the largest of its three phases, the exchange's buffers and Newton-Schulz's working set
-// (first exchange: pieces out and in; NS5: pieces in, results out, the largest matrix's
-// gathered copy, two copies of it and five of its short side squared; second exchange:
-// results out and in). The holdings are laid out as the engines lay them out (Note [Flat
+// step_muon): u in fp32 when the kept gradient is not (else u is written over it), the
+// exchange's two buffers (world x the largest batch's chunk each, for every batch and both
+// directions) and Newton-Schulz's working set (the largest matrix's gathered copy, two
+// copies of it and five of its short side squared). The holdings are laid out as the engines lay them out (Note [Flat
 // buffers]: reverse registration order at stages 1-2; Note [Stage 3 units]: per unit group);
 // the exchange is plan_muon_exchange's. 0 when the model gives no shapes.
 int64_t muon_step_bytes(const PlanModel& model, const Config& config, int world,
@@ -250,34 +249,35 @@ int64_t muon_step_bytes(const PlanModel& model, const Config& config, int world,
   }
   const MuonExchangePlan plan =
       plan_muon_exchange(holdings, matrices, world, 0, MuonExchangeMode::kOwner);
-  std::vector<bool> split(matrices.size(), false);
-  for (const MuonHolding& h : holdings) {
-    if (h.end - h.begin < params[static_cast<size_t>(h.param)].numel) {
-      split[static_cast<size_t>(h.param)] = true;
-    }
-  }
+  // A matrix computed where it is not held whole is gathered into a copy of its own first.
+  const int64_t copies = plan.batches.empty() ? 2 : 3;
   int64_t working = 0;
   MuonMatrix largest;
   for (size_t i = 0; i < matrices.size(); ++i) {
     const MuonMatrix& m = matrices[i];
     if (!m.muon()) continue;
     const int64_t side = std::min(m.rows, m.cols), numel = m.rows * m.cols;
-    const int64_t bytes = 4 * ((split[i] ? 3 : 2) * numel + 5 * side * side);
+    const int64_t bytes = 4 * (copies * numel + 5 * side * side);
     if (bytes > working) {
       working = bytes;
       largest = m;
     }
   }
   if (!largest.muon()) return 0;
-  const int64_t pieces = 4 * world * plan.piece_chunk, results = 4 * world * plan.result_chunk;
+  int64_t chunk = 0;
+  for (const MuonExchangeBatch& batch : plan.batches) {
+    chunk = std::max({chunk, batch.piece_chunk, batch.result_chunk});
+  }
+  const int64_t peak = 2 * 4 * world * chunk + working;
   const int64_t u = kept_gradient_dtype(config) == at::kFloat ? 0 : 4 * shard_numel;
   *basis = "Newton-Schulz of the largest matrix (" + std::to_string(largest.rows) + " x " +
            std::to_string(largest.cols) + ")" +
-           (plan.split_matrices > 0
-                ? ", the exchange of " + std::to_string(plan.split_matrices) + " split matrices"
-                : std::string()) +
+           (plan.batches.empty() ? std::string()
+                                 : ", the exchange's buffers (" +
+                                       std::to_string(plan.batches.size()) + " batch" +
+                                       (plan.batches.size() > 1 ? "es" : "") + ")") +
            (u > 0 ? ", u in fp32" : "");
-  return u + std::max({2 * pieces, pieces + results + working, 2 * results});
+  return u + peak;
 }
 
 }  // namespace

@@ -37,6 +37,11 @@ constexpr double kNormEps = 1e-7;
 // fixed_order_addmm's blocks: large enough for an efficient single-threaded GEMM each.
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kColBlock = 512;
+// What moving one element to an owner (and its result back) is worth in NS5 multiply-adds,
+// for placing matrices: about what one core multiply-adds in the time shared memory moves 4
+// bytes (tens of GMAC/s against a few GB/s), rounded up so that a matrix moves only for a
+// clear gain.
+constexpr double kMovedElementWork = 64.0;
 // The Gram iteration's restart (DeepSpeed's restart_at): X = Q X and R = X X^T afresh, which
 // keeps a 16-bit iteration stable.
 constexpr int kGramRestart = 2;
@@ -277,7 +282,7 @@ void muon_apply(const at::Tensor& master, const at::Tensor& orthogonal,
 
 MuonExchangePlan plan_muon_exchange(std::vector<MuonHolding> holdings,
                                     const std::vector<MuonMatrix>& matrices, int world, int rank,
-                                    MuonExchangeMode mode) {
+                                    MuonExchangeMode mode, int64_t batch_elements_cap) {
   ZERO_INTERNAL_ASSERT(world >= 1 && rank >= 0 && rank < world, "rank ", rank, " of ", world);
   std::sort(holdings.begin(), holdings.end(), [](const MuonHolding& x, const MuonHolding& y) {
     return std::tie(x.param, x.rank, x.begin) < std::tie(y.param, y.rank, y.begin);
@@ -294,94 +299,132 @@ MuonExchangePlan plan_muon_exchange(std::vector<MuonHolding> holdings,
   MuonExchangePlan plan;
   plan.work.assign(static_cast<size_t>(world), 0.0);
   std::map<int, std::vector<int>> computers;  // per parameter, ascending ranks
-  std::vector<int> split;
+  // Matrices held whole by several ranks (every rank at stage 0) are orthogonalised by each:
+  // stage 0 steps every element on every rank. The rest are placed below.
+  std::vector<int> placed;
   for (const auto& [param, held] : by_param) {
     const MuonMatrix& m = matrices[static_cast<size_t>(param)];
     const int64_t numel = m.rows * m.cols;
     std::vector<int> whole;
+    int64_t total = 0;
     for (const MuonHolding& h : held) {
       if (h.begin == 0 && h.end == numel) whole.push_back(h.rank);
-    }
-    if (whole.empty()) {
-      split.push_back(param);
-      continue;
-    }
-    // Held whole (every rank at stage 0, one rank at stages 1-3): no one holds a part.
-    ZERO_INTERNAL_ASSERT(whole.size() == held.size(), "parameter ", param,
-                         " is held whole by some ranks and in parts by others");
-    for (int r : whole) plan.work[static_cast<size_t>(r)] += ns_work(m);
-    computers[param] = whole;
-  }
-  plan.split_matrices = static_cast<int>(split.size());
-  std::stable_sort(split.begin(), split.end(), [&](int x, int y) {
-    return ns_work(matrices[static_cast<size_t>(x)]) > ns_work(matrices[static_cast<size_t>(y)]);
-  });
-  for (int param : split) {
-    const MuonMatrix& m = matrices[static_cast<size_t>(param)];
-    std::map<int, int64_t> held;  // rank -> elements
-    int64_t total = 0;
-    for (const MuonHolding& h : by_param[param]) {
-      held[h.rank] += h.end - h.begin;
       total += h.end - h.begin;
     }
-    ZERO_INTERNAL_ASSERT(total == m.rows * m.cols, "parameter ", param, " is held as ", total,
-                         " of its ", m.rows * m.cols, " elements");
+    ZERO_INTERNAL_ASSERT(whole.empty() || whole.size() == held.size(), "parameter ", param,
+                         " is held whole by some ranks and in parts by others");
+    ZERO_INTERNAL_ASSERT(!whole.empty() || total == numel, "parameter ", param, " is held as ",
+                         total, " of its ", numel, " elements");
+    if (whole.empty()) ++plan.split_matrices;
+    if (whole.size() > 1) {
+      for (int r : whole) plan.work[static_cast<size_t>(r)] += ns_work(m);
+      computers[param] = whole;
+      if (std::find(whole.begin(), whole.end(), rank) != whole.end()) plan.local.push_back(param);
+    } else {
+      placed.push_back(param);
+    }
+  }
+  // The largest first (longest-processing-time order), each to the rank that would finish it
+  // first: its NS5 work so far, plus the matrix's, plus what moving the pieces it lacks there
+  // and its results back costs (kMovedElementWork per element). Every-holder mode instead
+  // leaves a matrix held whole where it is and has each holder of a split one compute it.
+  std::stable_sort(placed.begin(), placed.end(), [&](int x, int y) {
+    return ns_work(matrices[static_cast<size_t>(x)]) > ns_work(matrices[static_cast<size_t>(y)]);
+  });
+  for (int param : placed) {
+    const MuonMatrix& m = matrices[static_cast<size_t>(param)];
+    const int64_t numel = m.rows * m.cols;
+    std::vector<int64_t> held(static_cast<size_t>(world), 0);
+    for (const MuonHolding& h : by_param[param]) held[static_cast<size_t>(h.rank)] += h.end - h.begin;
     std::vector<int> chosen;
     if (mode == MuonExchangeMode::kEveryHolder) {
-      for (const auto& [r, n] : held) chosen.push_back(r);
+      for (int r = 0; r < world; ++r) {
+        if (held[static_cast<size_t>(r)] > 0) chosen.push_back(r);
+      }
     } else {
       int best = -1;
-      for (const auto& [r, n] : held) {
-        if (best < 0) {
+      double best_finish = 0;
+      for (int r = 0; r < world; ++r) {
+        const int64_t lacking = numel - held[static_cast<size_t>(r)];
+        const double finish = plan.work[static_cast<size_t>(r)] + ns_work(m) +
+                              kMovedElementWork * 2.0 * static_cast<double>(lacking);
+        if (best < 0 || finish < best_finish ||
+            (finish == best_finish && held[static_cast<size_t>(r)] > held[static_cast<size_t>(best)])) {
           best = r;
-          continue;
+          best_finish = finish;
         }
-        const double wr = plan.work[static_cast<size_t>(r)];
-        const double wb = plan.work[static_cast<size_t>(best)];
-        if (wr < wb || (wr == wb && n > held[best])) best = r;
       }
       chosen.push_back(best);
     }
     for (int r : chosen) plan.work[static_cast<size_t>(r)] += ns_work(m);
     computers[param] = chosen;
   }
-  // The transfers, in the canonical order (parameter, holder rank, begin) on both sides.
+  // Batches in the placement order (largest first, spread over the ranks, so that each batch
+  // gives every rank a share of the work between its two exchanges), a new one when the
+  // matrices moved would pass batch_elements_cap (a larger matrix alone), so that the
+  // exchange's buffers stay bounded whatever the model. Within a batch the transfers are in
+  // the canonical order (parameter, holder rank, begin), on both sides.
   const auto peers = static_cast<size_t>(world);
-  plan.send_pieces.assign(peers, {});
-  plan.receive_pieces.assign(peers, {});
-  plan.send_results.assign(peers, {});
-  plan.receive_results.assign(peers, {});
-  std::vector<int64_t> piece_bytes(peers * peers, 0), result_bytes(peers * peers, 0);
-  for (const auto& [param, held] : by_param) {
+  const auto moves = [&](int param) {
     const std::vector<int>& by = computers[param];
-    if (std::find(by.begin(), by.end(), rank) != by.end()) plan.computed.push_back(param);
-    if (by.size() == held.size() &&
-        std::all_of(held.begin(), held.end(), [&](const MuonHolding& h) {
-          return h.begin == 0 && std::find(by.begin(), by.end(), h.rank) != by.end();
-        })) {
-      continue;  // held whole where it is computed
+    const std::vector<MuonHolding>& held = by_param[param];
+    return !(by.size() == held.size() &&
+             std::all_of(held.begin(), held.end(), [&](const MuonHolding& h) {
+               return h.begin == 0 && std::find(by.begin(), by.end(), h.rank) != by.end();
+             }));
+  };
+  std::vector<std::vector<int>> batch_params;
+  int64_t moved_in_batch = 0;
+  for (int param : placed) {
+    const MuonMatrix& m = matrices[static_cast<size_t>(param)];
+    const int64_t numel = moves(param) ? m.rows * m.cols : 0;
+    if (batch_params.empty() || (numel > 0 && moved_in_batch > 0 &&
+                                 moved_in_batch + numel > batch_elements_cap)) {
+      batch_params.emplace_back();
+      moved_in_batch = 0;
     }
-    for (const MuonHolding& h : held) {
-      const MuonTransfer t{param, h.begin, h.end, h.offset};
-      const int64_t n = h.end - h.begin;
-      for (int c : by) {
-        if (c == h.rank) continue;
-        piece_bytes[static_cast<size_t>(h.rank) * peers + static_cast<size_t>(c)] += n;
-        if (h.rank == rank) plan.send_pieces[static_cast<size_t>(c)].push_back(t);
-        if (c == rank) plan.receive_pieces[static_cast<size_t>(h.rank)].push_back(t);
-      }
-      if (std::find(by.begin(), by.end(), h.rank) != by.end()) continue;
-      const int owner = by.front();
-      result_bytes[static_cast<size_t>(owner) * peers + static_cast<size_t>(h.rank)] += n;
-      if (owner == rank) plan.send_results[static_cast<size_t>(h.rank)].push_back(t);
-      if (h.rank == rank) plan.receive_results[static_cast<size_t>(owner)].push_back(t);
-    }
+    batch_params.back().push_back(param);
+    moved_in_batch += numel;
   }
-  plan.piece_chunk = *std::max_element(piece_bytes.begin(), piece_bytes.end());
-  plan.result_chunk = *std::max_element(result_bytes.begin(), result_bytes.end());
-  for (size_t peer = 0; peer < peers; ++peer) {
-    plan.moved_elements += piece_bytes[static_cast<size_t>(rank) * peers + peer] +
-                           result_bytes[static_cast<size_t>(rank) * peers + peer];
+  for (std::vector<int>& params : batch_params) {
+    std::sort(params.begin(), params.end());
+    MuonExchangeBatch batch;
+    batch.send_pieces.assign(peers, {});
+    batch.receive_pieces.assign(peers, {});
+    batch.send_results.assign(peers, {});
+    batch.receive_results.assign(peers, {});
+    std::vector<int64_t> piece_counts(peers * peers, 0), result_counts(peers * peers, 0);
+    for (int param : params) {
+      const std::vector<int>& by = computers[param];
+      if (std::find(by.begin(), by.end(), rank) != by.end()) batch.computed.push_back(param);
+      if (!moves(param)) continue;
+      for (const MuonHolding& h : by_param[param]) {
+        const MuonTransfer t{param, h.begin, h.end, h.offset};
+        const int64_t n = h.end - h.begin;
+        const auto holder = static_cast<size_t>(h.rank);
+        for (int c : by) {
+          if (c == h.rank) continue;
+          piece_counts[holder * peers + static_cast<size_t>(c)] += n;
+          if (h.rank == rank) batch.send_pieces[static_cast<size_t>(c)].push_back(t);
+          if (c == rank) batch.receive_pieces[holder].push_back(t);
+        }
+        if (std::find(by.begin(), by.end(), h.rank) != by.end()) continue;
+        const int owner = by.front();
+        result_counts[static_cast<size_t>(owner) * peers + holder] += n;
+        if (owner == rank) batch.send_results[holder].push_back(t);
+        if (h.rank == rank) batch.receive_results[static_cast<size_t>(owner)].push_back(t);
+      }
+    }
+    batch.piece_chunk = *std::max_element(piece_counts.begin(), piece_counts.end());
+    batch.result_chunk = *std::max_element(result_counts.begin(), result_counts.end());
+    for (size_t peer = 0; peer < peers; ++peer) {
+      plan.moved_elements += piece_counts[static_cast<size_t>(rank) * peers + peer] +
+                             result_counts[static_cast<size_t>(rank) * peers + peer];
+    }
+    plan.batches.push_back(std::move(batch));
+  }
+  for (const auto& [param, by] : computers) {
+    if (std::find(by.begin(), by.end(), rank) != by.end()) plan.computed.push_back(param);
   }
   return plan;
 }

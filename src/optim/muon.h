@@ -22,12 +22,21 @@
 //   - one owner receives the pieces, orthogonalises once and sends each holder its piece of O
 //     back ("owner": two exchanges moving 2 (H - 1) / H n; NS5 once).
 // At H = 2 both move n; the owner runs half the NS5 work. At larger H the owner moves about 2n
-// against (H - 1) n. zero uses the owner. Measured (bench/muon_exchange.sh, docs/benchmarks.md
-// "Muon's exchange"): see there for the step time, bytes and memory of both on gpt2-mini.
-// A matrix some rank holds whole (all of them at stage 0, most at stages 1-2) is orthogonalised
-// there with no exchange. Owners are chosen by plan_muon_exchange, a pure function of every
-// rank's holdings (gathered once): the largest split matrix first, to the holder with the
-// least NS5 work so far.
+// against (H - 1) n. zero uses the owner, and lets it place whole matrices too: at stages 1-2
+// one rank's shard often holds every matrix (GPT-2 at 2 ranks: the embedding fills the other
+// shard), and NS5 on one core per rank is the step's largest cost on CPUs. So every matrix
+// held by one rank, whole or in pieces, goes to the rank that would finish it first (the
+// largest first: its NS5 work so far plus the matrix's, plus 64 multiply-adds per element it
+// would have to receive and send back), by plan_muon_exchange, a pure function of every
+// rank's holdings (gathered once). Matrices held whole by several ranks (stage 0, where every
+// rank steps everything) are orthogonalised by each. The exchanges run in batches of at most
+// 2^22 moved elements (a larger matrix alone), in the placement order so that each batch
+// gives every rank a share of the work, through two buffers reused by every batch and both
+// directions (the communicator may hold a collective's tensors until its next one).
+// Measured on gpt2-mini (bench/muon_exchange.sh, docs/benchmarks.md "Muon's exchange"), owner
+// against every-holder: stage 2 on 2 ranks 486 against 707 ms per optimizer step (+63 MiB for
+// the buffers), stage 3 on 2 ranks 387 against 445 ms (the same 37 MiB), stage 3 on 4 ranks
+// 455 against 701 ms and 37 against 51 MiB, the parameters bitwise equal.
 //
 // The result is the same bits at every stage and world size for the same u: NS5 runs on the
 // whole matrix by one function whose GEMMs are cut into fixed blocks computed one after
@@ -113,16 +122,26 @@ struct MuonTransfer {
 
 enum class MuonExchangeMode { kOwner, kEveryHolder };
 
-/// One rank's part in the step's exchange. Chunks of an all_to_all hold the transfers to or
-/// from one peer in list order, packed from the chunk's start.
-struct MuonExchangePlan {
-  std::vector<int> computed;  // the parameters this rank orthogonalises, ascending
+/// One all_to_all round trip of the step's exchange: the pieces of u its matrices' holders
+/// send to the ranks that orthogonalise them, and the pieces of O sent back. Chunks of an
+/// all_to_all hold the transfers to or from one peer in list order, packed from the chunk's
+/// start.
+struct MuonExchangeBatch {
+  std::vector<int> computed;  // the batch's matrices this rank orthogonalises (some may be
+                              // held whole here and move nothing), ascending
   std::vector<std::vector<MuonTransfer>> send_pieces, receive_pieces;    // per peer
   std::vector<std::vector<MuonTransfer>> send_results, receive_results;  // per peer
-  int64_t piece_chunk = 0, result_chunk = 0;  // elements per peer (0: no exchange)
-  std::vector<double> work;       // per rank: the NS5 multiply-adds it runs
-  int split_matrices = 0;         // matrices no rank holds whole
-  int64_t moved_elements = 0;     // over both exchanges, by this rank (sent)
+  int64_t piece_chunk = 0, result_chunk = 0;  // elements per peer (0: no all_to_all)
+};
+
+/// One rank's part in the step's exchange (the same batches, in the same order, on every rank).
+struct MuonExchangePlan {
+  std::vector<int> local;      // matrices several ranks hold whole (stage 0): each computes them
+  std::vector<MuonExchangeBatch> batches;
+  std::vector<int> computed;   // every matrix this rank orthogonalises, ascending
+  std::vector<double> work;    // per rank: the NS5 multiply-adds it runs
+  int split_matrices = 0;      // matrices no rank holds whole
+  int64_t moved_elements = 0;  // over every exchange, sent by this rank
 };
 
 /// What the exchange has done on one rank, for benchmarks and the plan's tests.
@@ -137,8 +156,13 @@ struct MuonExchangeStats {
 
 /// The plan of rank `rank` among `world`, from every rank's holdings of the Muon matrices
 /// (any order; the same list on every rank gives every rank a consistent plan).
+/// The most matrix elements one exchange batch moves (unless one matrix has more): 16 MiB of
+/// fp32, so each of the exchange's buffers holds at most N x that.
+constexpr int64_t kMuonExchangeBatchElements = int64_t{1} << 22;
+
 MuonExchangePlan plan_muon_exchange(std::vector<MuonHolding> holdings,
                                     const std::vector<MuonMatrix>& matrices, int world, int rank,
-                                    MuonExchangeMode mode);
+                                    MuonExchangeMode mode,
+                                    int64_t batch_elements_cap = kMuonExchangeBatchElements);
 
 }  // namespace zero

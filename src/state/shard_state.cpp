@@ -333,50 +333,19 @@ void ShardState::step_muon(double grad_multiplier, double lr, const at::Tensor& 
       },
       /*write_back=*/true);
 
-  // The pieces of u to the matrices' owners.
-  auto started = std::chrono::steady_clock::now();
-  const int64_t world = exchange.world;
-  at::Tensor pieces_in;
-  if (plan.piece_chunk > 0) {
-    const at::Tensor pieces_out = at::zeros({world * plan.piece_chunk}, fp32_options);
-    for_each_slot(plan.send_pieces, pieces_out, plan.piece_chunk,
-                  [&](const MuonTransfer& t, const at::Tensor& slot) {
-                    slot.copy_(u.narrow(0, t.offset, t.end - t.begin));
-                    muon_stats_.elements_sent += t.end - t.begin;
-                  });
-    pieces_in = at::empty_like(pieces_out);
-    exchange.all_to_all(pieces_out, pieces_in);
-    muon_stats_.exchange_elements += pieces_out.numel();
+  // NS5 of each matrix this rank computes, from its own pieces and those received; its
+  // pieces of O go where u came from.
+  std::map<int, std::vector<const StateSegment*>> own;
+  for (const StateSegment& s : loaded) {
+    if (is_muon(s.param)) own[s.param].push_back(&s);
   }
-  muon_stats_.exchange_seconds += seconds_since(started);
-
-  // NS5 of each matrix this rank computes; its pieces of O go where u came from.
-  started = std::chrono::steady_clock::now();
   struct Slice {
     int64_t begin, end;
     at::Tensor data;
   };
   std::map<int, std::vector<Slice>> incoming, outgoing;
-  if (pieces_in.defined()) {
-    for_each_slot(plan.receive_pieces, pieces_in, plan.piece_chunk,
-                  [&](const MuonTransfer& t, const at::Tensor& slot) {
-                    incoming[t.param].push_back({t.begin, t.end, slot});
-                  });
-  }
-  at::Tensor results_out;
-  if (plan.result_chunk > 0) {
-    results_out = at::zeros({world * plan.result_chunk}, fp32_options);
-    for_each_slot(plan.send_results, results_out, plan.result_chunk,
-                  [&](const MuonTransfer& t, const at::Tensor& slot) {
-                    outgoing[t.param].push_back({t.begin, t.end, slot});
-                    muon_stats_.elements_sent += t.end - t.begin;
-                  });
-  }
-  std::map<int, std::vector<const StateSegment*>> own;
-  for (const StateSegment& s : loaded) {
-    if (is_muon(s.param)) own[s.param].push_back(&s);
-  }
-  for (const int param : plan.computed) {
+  const auto orthogonalize = [&](int param) {
+    const auto started = std::chrono::steady_clock::now();
     const MuonMatrix& matrix = exchange.matrices[static_cast<size_t>(param)];
     const int64_t n = matrix.rows * matrix.cols;
     const std::vector<const StateSegment*>& mine = own[param];
@@ -403,23 +372,62 @@ void ShardState::step_muon(double grad_multiplier, double lr, const at::Tensor& 
     for (const Slice& piece : outgoing[param]) {
       piece.data.copy_(orthogonal.narrow(0, piece.begin, piece.end - piece.begin));
     }
+    muon_stats_.ns_seconds += seconds_since(started);
+  };
+  for (const int param : plan.local) orthogonalize(param);
+  // Two buffers serve every batch and both directions (the pieces of u go out of `send` into
+  // `receive`; the results are packed into `send`, free by then, and come back into
+  // `receive`, whose pieces are spent): the communicator may hold on to a collective's tensors
+  // until its next one, so fresh buffers per exchange would add up (measured: three live at
+  // once).
+  const int64_t world = exchange.world;
+  int64_t chunk = 0;
+  for (const MuonExchangeBatch& batch : plan.batches) {
+    chunk = std::max({chunk, batch.piece_chunk, batch.result_chunk});
   }
-  incoming.clear();  // the pieces of u are spent: their buffer goes before the second exchange
-  pieces_in = at::Tensor();
-  muon_stats_.ns_seconds += seconds_since(started);
-
-  // The pieces of O back to their holders.
-  started = std::chrono::steady_clock::now();
-  if (results_out.defined()) {
-    const at::Tensor results_in = at::empty_like(results_out);
-    exchange.all_to_all(results_out, results_in);
-    muon_stats_.exchange_elements += results_out.numel();
-    for_each_slot(plan.receive_results, results_in, plan.result_chunk,
-                  [&](const MuonTransfer& t, const at::Tensor& slot) {
-                    u.narrow(0, t.offset, t.end - t.begin).copy_(slot);
-                  });
+  const at::Tensor send = chunk > 0 ? at::empty({world * chunk}, fp32_options) : at::Tensor();
+  const at::Tensor receive = chunk > 0 ? at::empty({world * chunk}, fp32_options) : at::Tensor();
+  for (const MuonExchangeBatch& batch : plan.batches) {
+    // The pieces of u to the batch's owners.
+    auto started = std::chrono::steady_clock::now();
+    if (batch.piece_chunk > 0) {
+      const int64_t n = world * batch.piece_chunk;
+      for_each_slot(batch.send_pieces, send, batch.piece_chunk,
+                    [&](const MuonTransfer& t, const at::Tensor& slot) {
+                      slot.copy_(u.narrow(0, t.offset, t.end - t.begin));
+                      muon_stats_.elements_sent += t.end - t.begin;
+                    });
+      exchange.all_to_all(send.narrow(0, 0, n), receive.narrow(0, 0, n));
+      muon_stats_.exchange_elements += n;
+      for_each_slot(batch.receive_pieces, receive, batch.piece_chunk,
+                    [&](const MuonTransfer& t, const at::Tensor& slot) {
+                      incoming[t.param].push_back({t.begin, t.end, slot});
+                    });
+    }
+    if (batch.result_chunk > 0) {
+      for_each_slot(batch.send_results, send, batch.result_chunk,
+                    [&](const MuonTransfer& t, const at::Tensor& slot) {
+                      outgoing[t.param].push_back({t.begin, t.end, slot});
+                      muon_stats_.elements_sent += t.end - t.begin;
+                    });
+    }
+    muon_stats_.exchange_seconds += seconds_since(started);
+    for (const int param : batch.computed) orthogonalize(param);
+    incoming.clear();
+    outgoing.clear();
+    // The pieces of O back to their holders.
+    started = std::chrono::steady_clock::now();
+    if (batch.result_chunk > 0) {
+      const int64_t n = world * batch.result_chunk;
+      exchange.all_to_all(send.narrow(0, 0, n), receive.narrow(0, 0, n));
+      muon_stats_.exchange_elements += n;
+      for_each_slot(batch.receive_results, receive, batch.result_chunk,
+                    [&](const MuonTransfer& t, const at::Tensor& slot) {
+                      u.narrow(0, t.offset, t.end - t.begin).copy_(slot);
+                    });
+    }
+    muon_stats_.exchange_seconds += seconds_since(started);
   }
-  muon_stats_.exchange_seconds += seconds_since(started);
   ++muon_stats_.steps;
 
   // Pass 2: the matrices' update from O; AdamW for every other element (padding too: its
