@@ -148,7 +148,8 @@ int main(int argc, char** argv) {
   if (comm->rank() == 0) {
     for (const auto& [name, r] : {std::pair<const char*, const Result&>{"owner", owner},
                                   std::pair<const char*, const Result&>{"every holder", every}}) {
-      std::printf("| %s | %d | %d | %s | %d | %.1f | %.0f (%.2f MiB) | %.1f | %.1f | %.1f | %.1f |\n",
+      std::printf(
+          "| %s | %d | %d | %s | %d | %.1f | %.0f (%.2f MiB) | %.1f | %.1f | %.1f | %.1f |\n",
                   o.model.c_str(), o.stage, comm->size(), name, r.split, r.matrices, r.sent,
                   r.sent * 4 / (1 << 20), r.ns_s * 1e3, r.exchange_s * 1e3, r.step_ms,
                   r.peak_mib);

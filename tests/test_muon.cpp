@@ -171,7 +171,9 @@ void expect_exchange_orthogonalizes(const std::vector<MuonMatrix>& matrices, int
     full.push_back(m.muon() ? at::randn({m.rows, m.cols}) : at::Tensor());
   }
   std::vector<at::Tensor> u(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) u[static_cast<size_t>(r)] = at::zeros({space[static_cast<size_t>(r)]});
+  for (int r = 0; r < world; ++r) {
+    u[static_cast<size_t>(r)] = at::zeros({space[static_cast<size_t>(r)]});
+  }
   for (const MuonHolding& h : holdings) {
     u[static_cast<size_t>(h.rank)].narrow(0, h.offset, h.end - h.begin)
         .copy_(full[static_cast<size_t>(h.param)].view({-1}).narrow(0, h.begin, h.end - h.begin));

@@ -188,8 +188,9 @@ std::string human(int64_t bytes) { return byte_size_text(bytes); }
 // step_muon): u in fp32 when the kept gradient is not (else u is written over it), the
 // exchange's two buffers (world x the largest batch's chunk each, for every batch and both
 // directions) and Newton-Schulz's working set (the largest matrix's gathered copy, two
-// copies of it and five of its short side squared). The holdings are laid out as the engines lay them out (Note [Flat
-// buffers]: reverse registration order at stages 1-2; Note [Stage 3 units]: per unit group);
+// copies of it and five of its short side squared). The holdings are laid out as the engines
+// lay them out (Note [Flat buffers]: reverse registration order at stages 1-2; Note [Stage 3
+// units]: per unit group);
 // the exchange is plan_muon_exchange's. 0 when the model gives no shapes.
 int64_t muon_step_bytes(const PlanModel& model, const Config& config, int world,
                         const Groups& groups, int64_t shard_numel, std::string* basis) {
@@ -236,7 +237,8 @@ int64_t muon_step_bytes(const PlanModel& model, const Config& config, int world,
     for (const PlanUnit& unit : model.units) {
       int64_t group = 0;
       for (int j = i; j < i + static_cast<int>(unit.parameter_numels.size()); ++j) {
-        if (!params[static_cast<size_t>(j)].persistent) group += params[static_cast<size_t>(j)].numel;
+        const Param& p = params[static_cast<size_t>(j)];
+        if (!p.persistent) group += p.numel;
       }
       const ShardLayout layout = shard_layout(group, world, kShardAlignment);
       int64_t offset = 0;
@@ -605,7 +607,8 @@ MemoryPlan plan_memory(const Config& given, const PlanModel& model, PlanTarget t
     // The step runs after backward has freed the activations (host ranks: Muon runs on the
     // CPU), so the peak counts the larger of the two.
     std::string basis;
-    const int64_t bytes = muon_step_bytes(model, config, world, groups, state_numel / world, &basis);
+    const int64_t bytes =
+        muon_step_bytes(model, config, world, groups, state_numel / world, &basis);
     const int64_t freed = compute_place == MemoryPlace::kHost ? used.peak() : 0;
     if (bytes > 0) {
       add("Muon's step", bytes, MemoryPlace::kHost,

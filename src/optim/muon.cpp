@@ -73,7 +73,8 @@ std::string folded_list(const std::vector<std::string>& names) {
   std::vector<std::pair<std::string, int>> folded;  // in first-seen order
   for (const std::string& name : names) {
     const std::string f = fold_layer_numbers(name);
-    auto it = std::find_if(folded.begin(), folded.end(), [&](const auto& e) { return e.first == f; });
+    auto it = std::find_if(folded.begin(), folded.end(),
+                           [&](const auto& e) { return e.first == f; });
     if (it == folded.end()) {
       folded.emplace_back(f, 1);
     } else {
@@ -82,7 +83,8 @@ std::string folded_list(const std::vector<std::string>& names) {
   }
   std::string out;
   for (const auto& [name, count] : folded) {
-    out += (out.empty() ? "" : ", ") + name + (count > 1 ? " (x" + std::to_string(count) + ")" : "");
+    out += (out.empty() ? "" : ", ") + name;
+    if (count > 1) out += " (x" + std::to_string(count) + ")";
   }
   return out.empty() ? "none" : out;
 }
@@ -335,7 +337,9 @@ MuonExchangePlan plan_muon_exchange(std::vector<MuonHolding> holdings,
     const MuonMatrix& m = matrices[static_cast<size_t>(param)];
     const int64_t numel = m.rows * m.cols;
     std::vector<int64_t> held(static_cast<size_t>(world), 0);
-    for (const MuonHolding& h : by_param[param]) held[static_cast<size_t>(h.rank)] += h.end - h.begin;
+    for (const MuonHolding& h : by_param[param]) {
+      held[static_cast<size_t>(h.rank)] += h.end - h.begin;
+    }
     std::vector<int> chosen;
     if (mode == MuonExchangeMode::kEveryHolder) {
       for (int r = 0; r < world; ++r) {
@@ -348,8 +352,9 @@ MuonExchangePlan plan_muon_exchange(std::vector<MuonHolding> holdings,
         const int64_t lacking = numel - held[static_cast<size_t>(r)];
         const double finish = plan.work[static_cast<size_t>(r)] + ns_work(m) +
                               kMovedElementWork * 2.0 * static_cast<double>(lacking);
-        if (best < 0 || finish < best_finish ||
-            (finish == best_finish && held[static_cast<size_t>(r)] > held[static_cast<size_t>(best)])) {
+        const bool holds_more =
+            best >= 0 && held[static_cast<size_t>(r)] > held[static_cast<size_t>(best)];
+        if (best < 0 || finish < best_finish || (finish == best_finish && holds_more)) {
           best = r;
           best_finish = finish;
         }

@@ -44,9 +44,10 @@
 // MKL's own threading splits a GEMM's inner dimension by the thread count (measured: X X^T of
 // a 16 x 65536 matrix differs between 1 and 2 threads), which would make the update depend on
 // how many ranks share the machine. The price: NS5 uses one core per rank (owners spread the
-// matrices over the ranks; docs/benchmarks.md "Muon's exchange" measures it). The step runs once per optimizer step, after accumulation,
-// however many micro-batches there were (DeepSpeed's ZeRO-3 ran it per micro-batch:
-// microsoft/DeepSpeed#8443).
+// matrices over the ranks; docs/benchmarks.md "Muon's exchange" measures it).
+//
+// The step runs once per optimizer step, after accumulation, however many micro-batches there
+// were (DeepSpeed's ZeRO-3 ran it per micro-batch: microsoft/DeepSpeed#8443).
 #pragma once
 
 #include <ATen/core/Tensor.h>

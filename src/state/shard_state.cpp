@@ -176,6 +176,30 @@ void for_each_piece(const std::vector<StateSegment>& segments, int64_t begin, in
   if (at < end) fn(at, end, -1);
 }
 
+// The update pass LAMB's and Muon's steps end with: over every tile, the master weights, the
+// state parts and the 16-bit parameter copy (undefined with fp32 parameters, which are the
+// master), each cut into the pieces of `loaded` (padding as param -1), for
+// fn(param, offset of the piece in the space, master, copy, part), part(k) giving state part
+// k's piece. Every element of each tile is written.
+template <typename Fn>
+void update_by_piece(ParamStore& params, StateStore& store, bool fp32,
+                     const std::vector<StateSegment>& loaded, Fn&& fn) {
+  ParamStore::Pass pass = params.pass(/*read=*/fp32, /*write=*/true);
+  store.for_each_tile(
+      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
+        const at::Tensor param_tile = pass.tile(begin, end - begin);
+        const at::Tensor master = fp32 ? param_tile : parts[0];
+        for_each_piece(loaded, begin, end, [&](int64_t from, int64_t to, int param) {
+          const int64_t at = from - begin, count = to - from;
+          const auto part = [&](size_t k) { return parts[k].narrow(0, at, count); };
+          fn(param, from, master.narrow(0, at, count),
+             fp32 ? at::Tensor() : param_tile.narrow(0, at, count), part);
+        });
+      },
+      /*write_back=*/true);
+  pass.finish();
+}
+
 }  // namespace
 
 void ShardState::step_lamb(double grad_multiplier, double lr, const at::Tensor& grad,
@@ -236,22 +260,13 @@ void ShardState::step_lamb(double grad_multiplier, double lr, const at::Tensor& 
     step_sizes[p] = lr * lamb_trust_ratio(w.value(), u.value(), config);
   }
   // Pass 2: each element's update with its parameter's step (padding: lr, whose u is 0).
-  ParamStore::Pass pass = params_->pass(/*read=*/fp32, /*write=*/true);
-  store_->for_each_tile(
-      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
-        const int64_t n = end - begin;
-        const at::Tensor param_tile = pass.tile(begin, n);
-        const at::Tensor master = fp32 ? param_tile : parts[0];
-        for_each_piece(loaded, begin, end, [&](int64_t from, int64_t to, int param) {
-          const int64_t at = from - begin, count = to - from;
-          lamb_apply(master.narrow(0, at, count), parts[first_moment].narrow(0, at, count),
-                     parts[first_moment + 1].narrow(0, at, count),
-                     fp32 ? at::Tensor() : param_tile.narrow(0, at, count), s,
-                     param < 0 ? lr : step_sizes[static_cast<size_t>(param)]);
-        });
-      },
-      /*write_back=*/true);
-  pass.finish();
+  const auto first = static_cast<size_t>(first_moment);
+  update_by_piece(*params_, *store_, fp32, loaded,
+                  [&](int param, int64_t, const at::Tensor& master, const at::Tensor& out,
+                      const auto& part) {
+                    lamb_apply(master, part(first), part(first + 1), out, s,
+                               param < 0 ? lr : step_sizes[static_cast<size_t>(param)]);
+                  });
 }
 
 std::vector<StateSegment> ShardState::loaded_by_offset() const {
@@ -438,29 +453,21 @@ void ShardState::step_muon(double grad_multiplier, double lr, const at::Tensor& 
   aux.bias_correction = true;
   const AdamScalars adam =
       adam_scalars(aux, optimizer_.step_count(), grad_multiplier, lr);
-  ParamStore::Pass pass = params_->pass(/*read=*/fp32, /*write=*/true);
-  store_->for_each_tile(
-      [&](int64_t begin, int64_t end, const std::vector<at::Tensor>& parts) {
-        const int64_t n = end - begin;
-        const at::Tensor param_tile = pass.tile(begin, n);
-        const at::Tensor master = fp32 ? param_tile : parts[0];
-        for_each_piece(loaded, begin, end, [&](int64_t from, int64_t to, int param) {
-          const int64_t at = from - begin, count = to - from;
-          const at::Tensor out = fp32 ? at::Tensor() : param_tile.narrow(0, at, count);
-          if (is_muon(param)) {
-            const MuonMatrix& m = exchange.matrices[static_cast<size_t>(param)];
-            muon_apply(master.narrow(0, at, count), u.narrow(0, from, count), out,
-                       1.0 - muon_rate * config.weight_decay,
-                       muon_rate * muon_scale(m.rows, m.cols));
-          } else {
-            adam_update(simd_level(), master.narrow(0, at, count), grad.narrow(0, from, count),
-                        out, parts[first_moment].narrow(0, at, count),
-                        parts[first_moment + 1].narrow(0, at, count), adam);
-          }
-        });
-      },
-      /*write_back=*/true);
-  pass.finish();
+  const auto first = static_cast<size_t>(first_moment);
+  update_by_piece(*params_, *store_, fp32, loaded,
+                  [&](int param, int64_t from, const at::Tensor& master, const at::Tensor& out,
+                      const auto& part) {
+                    const int64_t count = master.numel();
+                    if (is_muon(param)) {
+                      const MuonMatrix& m = exchange.matrices[static_cast<size_t>(param)];
+                      muon_apply(master, u.narrow(0, from, count), out,
+                                 1.0 - muon_rate * config.weight_decay,
+                                 muon_rate * muon_scale(m.rows, m.cols));
+                    } else {
+                      adam_update(simd_level(), master, grad.narrow(0, from, count), out,
+                                  part(first), part(first + 1), adam);
+                    }
+                  });
 }
 
 bool ShardState::supports_ranges() const {
