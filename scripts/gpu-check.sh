@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# One command on a machine with an NVIDIA GPU: builds zero with CUDA against that machine's
-# torch, runs the CUDA tests and the GPU benchmarks, and writes gpu-check-results.txt (and a
-# copy to $OUT when set). Idempotent; incremental after the first run.
+# One command on a machine with an NVIDIA GPU, in tiers that each finish in under 6 minutes of
+# wall time on one H100 with 16 cores, build included (GPU time is lent 15 minutes at a time).
+# Builds zero with CUDA against the machine's torch (only what the tier needs), runs the tier's
+# steps and writes gpu-check-results.txt (copied to $OUT when set) even when a step fails:
+# every step's status first (PASS, FAIL, or SKIP with the reason: a second GPU, liburing, the
+# time left), then its figures. Idempotent; incremental after the first run.
 #
-#   scripts/gpu-check.sh [--quick]     --quick: the tests only, no benchmarks
-#   ZERO_GPU_BIG=0: no 6.65B ZeRO-Offload runs; ZERO_GPU_NVME=DIR: an NVMe-offload run too
+#   scripts/gpu-check.sh [--tier 1|2] [--dry-run]
+#     tier 1 (default): correctness and speed: every CUDA test; stages 0/2/3 tokens/s and MFU
+#       for gpt2 124M (bf16, 16 x 1024) with a per-kernel profile of a step; zero-train on the
+#       GPU and the KV-cache check on its checkpoint; torch.compile's baseline, its compile
+#       time bounded; the fused CUDA kernels against ATen (none yet: reported as skipped).
+#     tier 2: size: the largest GPT-2 that ZeRO-Offload trains in the time left (its host
+#       memory checked first; 6.65B, L32-C4096, when it fits), with the step-time split.
+#     --dry-run: each tier's steps and time budgets, and what the machine lacks; runs nothing.
+#   ZERO_GPU_TIER_SECONDS: a tier's wall-time budget (default 340); ZERO_GPU_NVME=DIR: tier 2
+#   also runs the optimizer state on NVMe under DIR.
 #
 # Needs: python3 with a CUDA build of torch (2.11 to 2.15), the CUDA toolkit (nvcc, runtime
 # headers), a C++ compiler, CMake and Ninja (or make), and MPI, nlohmann-json, CLI11, GoogleTest,
@@ -17,19 +28,89 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
-quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+tier=1
+dry_run=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tier) tier="${2:-}"; shift 2 ;;
+    --tier=*) tier="${1#--tier=}"; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    --quick) tier=1; shift ;;  # the old name of tier 1
+    *) echo "gpu-check: unknown argument '$1' (allowed: --tier 1|2, --dry-run)" >&2; exit 2 ;;
+  esac
+done
+case "$tier" in 1|2) ;; *) echo "gpu-check: --tier '$tier' is invalid; allowed: 1, 2" >&2; exit 2 ;; esac
 PYTHON="${PYTHON:-python3}"
 BUILD_DIR="${ZERO_GPU_BUILD_DIR:-build-gpu}"
+budget="${ZERO_GPU_TIER_SECONDS:-340}"
+started_at=$(date +%s)
 results="$repo/gpu-check-results.txt"
-: >"$results"
-say() { echo "$@" | tee -a "$results"; }
+figures="$repo/$BUILD_DIR.figures.txt"
+statuses=()
+elapsed() { echo $(($(date +%s) - started_at)); }
+say() { echo "$@" | tee -a "$figures"; }
 
-say "== gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-command -v nvidia-smi >/dev/null && nvidia-smi -L | tee -a "$results" || say "nvidia-smi: not found"
+# Each tier's steps: NAME, its time budget in seconds, and the function that runs it (defined
+# below). A step gets the smaller of its budget and the tier's time left; with under 15 s left
+# it is skipped, saying so.
+tier1_steps=(
+  "build:170:step_build"
+  "test_cuda_linkage:15:step_linkage"
+  "test_cuda, 1 rank:45:step_test_cuda_1"
+  "test_cuda, 2 ranks:45:step_test_cuda_2"
+  "bench_cuda stage 0 (gpt2 124M, bf16, 16 x 1024, profile):40:step_bench_0"
+  "bench_cuda stage 2:30:step_bench_2"
+  "bench_cuda stage 3:30:step_bench_3"
+  "zero-train --device cuda and the KV-cache check:40:step_train_generate"
+  "fused CUDA kernels against ATen:10:step_fused_kernels"
+  "torch.compile baseline (compile time bounded):90:step_compile_baseline"
+)
+tier2_steps=(
+  "build:120:step_build"
+  "ZeRO-Offload, the largest GPT-2 that fits:220:step_offload_largest"
+  "ZeRO-Offload with the state on NVMe:60:step_offload_nvme"
+)
+steps_var="tier${tier}_steps[@]"
+
+if [ "$dry_run" = 1 ]; then
+  for t in 1 2; do
+    v="tier${t}_steps[@]"; total=0
+    echo "tier $t (budget ${budget} s):"
+    for entry in "${!v}"; do
+      IFS=: read -r name seconds fn <<<"$entry"
+      printf '  %-70s up to %3d s\n' "$name" "$seconds"
+      total=$((total + seconds))
+    done
+    echo "  steps' budgets add to ${total} s; the tier stops at ${budget} s (later steps skipped)"
+  done
+  command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "no nvidia-smi: no GPU here"
+  if [ -d .gpu-deps ] && ls .gpu-deps/*.deb >/dev/null 2>&1; then
+    echo ".gpu-deps: $(ls .gpu-deps/*.deb | wc -l) packages, for what the GPU machine lacks"
+  else
+    echo ".gpu-deps: missing; a GPU machine without apt needs it: run scripts/gpu-deps.sh here"
+  fi
+  exit 0
+fi
+
+: >"$figures"
+# The results file, written whatever happens: the statuses, then the figures.
+write_results() {
+  {
+    echo "== gpu-check tier $tier $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(elapsed) s"
+    printf '%s\n' "${statuses[@]}"
+    echo
+    cat "$figures"
+  } >"$results"
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then cp "$results" "$OUT/"; fi
+}
+trap write_results EXIT
+
+say "== gpu-check tier $tier on $(hostname)"
+command -v nvidia-smi >/dev/null && nvidia-smi -L | tee -a "$figures" || say "nvidia-smi: not found"
 torch_info="$("$PYTHON" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())')"
 say "torch (version, CUDA, available, devices): $torch_info"
 TORCH_PREFIX="$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+gpus="$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')"
 
 # ---- dependencies --------------------------------------------------------------------------
 # Each dependency is taken from the machine when it has it, and only the missing ones are
@@ -90,7 +171,7 @@ else
   for dep in "${missing[@]}"; do
     for p in ${debs_of[$dep]}; do
       f="$(ls .gpu-deps/"${p}"_*.deb 2>/dev/null | head -1)"
-      [ -n "$f" ] || { say "dependencies: $dep is missing here and .gpu-deps has no ${p}_*.deb: run scripts/gpu-deps.sh on a Debian machine and bring .gpu-deps/"; exit 1; }
+      [ -n "$f" ] || { say "dependencies: $dep is missing here and .gpu-deps has no ${p}_*.deb: run scripts/gpu-deps.sh on a Debian machine and bring .gpu-deps/"; statuses+=("FAIL dependencies: $dep missing, no .gpu-deps"); exit 1; }
       debs+=("$f")
     done
   done
@@ -128,121 +209,164 @@ else
 fi
 for dep in "${missing[@]}"; do say "  $dep: $( [ -d "$deps_root" ] && echo ".gpu-deps" || echo apt )"; done
 
-# ---- build ---------------------------------------------------------------------------------
+# ---- steps --------------------------------------------------------------------------------
 generator=(-G Ninja)
 command -v ninja >/dev/null || generator=()
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DZERO_CUDA=ON \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "${cmake_args[@]}" >"$BUILD_DIR.configure.log" 2>&1 ||
-    { tail -40 "$BUILD_DIR.configure.log" | tee -a "$results"; exit 1; }
-fi
 jobs="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
-targets=(test_cuda_linkage test_cuda test_comm_staged test_optimizer zero-train zero-generate)
-[ "$quick" = 1 ] || targets+=(bench_cuda bench_offload_cuda)
-say "== build (${targets[*]}, $jobs jobs)"
-cmake --build "$BUILD_DIR" -j "$jobs" --target "${targets[@]}" >"$BUILD_DIR.build.log" 2>&1 ||
-  { grep -E "error|Error" "$BUILD_DIR.build.log" | head -40 | tee -a "$results"; exit 1; }
-
-# ---- tests ---------------------------------------------------------------------------------
 mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
-status=0
+has_gpu="$("$PYTHON" -c 'import torch; print(int(torch.cuda.is_available()))')"
+step_seconds=0  # the running step's time limit
+skip_reason=""
+skip() { skip_reason="$1"; return 77; }
+need_gpu() { [ "$has_gpu" = 1 ] || skip "no CUDA device"; }
+
+step_build() {
+  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    timeout "$step_seconds" cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DZERO_CUDA=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "${cmake_args[@]}" \
+      >"$BUILD_DIR.configure.log" 2>&1 || { tail -40 "$BUILD_DIR.configure.log" | tee -a "$figures"; return 1; }
+  fi
+  local targets=(zero-train)
+  if [ "$tier" = 1 ]; then
+    targets+=(test_cuda_linkage test_cuda zero-generate bench_cuda)
+  else
+    targets+=(bench_offload_cuda)
+  fi
+  say "build: ${targets[*]} ($jobs jobs)"
+  local left=$((step_seconds - $(elapsed) + step_began))
+  [ "$left" -gt 0 ] || return 124
+  timeout "$left" cmake --build "$BUILD_DIR" -j "$jobs" --target "${targets[@]}" >"$BUILD_DIR.build.log" 2>&1 ||
+    { grep -E "error|Error" "$BUILD_DIR.build.log" | head -40 | tee -a "$figures"; return 1; }
+}
+
 run_test() {  # NAME RANKS
   local log="$BUILD_DIR/$1-np$2.log"
-  if "${mpirun_cmd[@]}" -np "$2" "$BUILD_DIR/tests/$1" --gtest_color=no >"$log" 2>&1; then
-    say "PASS $1 at $2 rank(s): $(grep -c '^\[       OK .* ms)$' "$log") passed, $(grep -c '^\[  SKIPPED \] .* ms)$' "$log") skipped"
+  if timeout "$step_seconds" "${mpirun_cmd[@]}" -np "$2" "$BUILD_DIR/tests/$1" --gtest_color=no >"$log" 2>&1; then
+    say "$1 at $2 rank(s): $(grep -c '^\[       OK .* ms)$' "$log") passed, $(grep -c '^\[  SKIPPED \] .* ms)$' "$log") skipped"
   else
-    say "FAIL $1 at $2 rank(s):"
-    grep -E "Failure|FAILED|error|Expected|Which is|Value of|Actual" "$log" | head -40 | tee -a "$results"
-    status=1
+    say "$1 at $2 rank(s) failed:"
+    grep -E "Failure|FAILED|error|Expected|Which is|Value of|Actual" "$log" | head -40 | tee -a "$figures"
+    return 1
   fi
 }
-say "== tests"
-if "$BUILD_DIR/tests/test_cuda_linkage" --gtest_color=no >"$BUILD_DIR/test_cuda_linkage.log" 2>&1; then
-  say "PASS test_cuda_linkage (libtorch's CUDA kernels registered with zero_cuda)"
-else
-  say "FAIL test_cuda_linkage:"; grep -E "Failure|error" -A3 "$BUILD_DIR/test_cuda_linkage.log" | head -20 | tee -a "$results"
-  status=1
-fi
-run_test test_cuda 1
-run_test test_cuda 2
-run_test test_comm_staged 2
-run_test test_optimizer 1
-# zero-train on the GPU end to end (--device cuda): every stage, and ZeRO-Offload at stages 2
-# and 3, each 30 steps of gpt2-tiny; the loss must fall and the run end cleanly.
-has_gpu="$("$PYTHON" -c 'import torch; print(int(torch.cuda.is_available()))')"
-train_cuda() {  # NAME CONFIG_JSON
-  local dir="$BUILD_DIR/zero-train-$1" log="$BUILD_DIR/zero-train-$1.log"
-  rm -rf "$dir"; mkdir -p "$dir"; echo "$2" >"$dir/config.json"
-  if timeout 300 "$BUILD_DIR/bin/zero-run" -n 1 -- "$BUILD_DIR/bin/zero-train" --device cuda \
-       --config "$dir/config.json" --steps 30 --eval-every 0 --sample-tokens 8 --out "$dir/run" \
-       --save-every 30 >"$log" 2>&1 &&
-     awk -F, 'NR==2 {first=$2} END {exit !($2 < first)}' "$dir/run/metrics.csv"; then
-    say "PASS zero-train --device cuda $1: $(grep -m1 'tokens/s' "$log" | tr -s ' ') | $(grep -m1 'GPU memory peak' "$log" | tr -s ' ')"
-  else
-    say "FAIL zero-train --device cuda $1:"; tail -15 "$log" | tee -a "$results"; status=1
-  fi
+step_linkage() {
+  timeout "$step_seconds" "$BUILD_DIR/tests/test_cuda_linkage" --gtest_color=no >"$BUILD_DIR/test_cuda_linkage.log" 2>&1 ||
+    { grep -E "Failure|error" -A3 "$BUILD_DIR/test_cuda_linkage.log" | head -20 | tee -a "$figures"; return 1; }
 }
-if [ "$has_gpu" = 1 ]; then
-  common='"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}'
-  for stage in 0 1 2 3; do
-    train_cuda "stage$stage" "{$common, \"zero_optimization\": {\"stage\": $stage}}"
-  done
-  # zero-generate --device cuda from stage 0's checkpoint: greedy, with and without the KV
-  # cache; the two continuations must be the same text (issue 26), and the rates are recorded.
-  generate_cuda() {  # LOG [--no-kv-cache]
-    timeout 120 "$BUILD_DIR/bin/zero-generate" --model "$BUILD_DIR/zero-train-stage0/run" \
-      --device cuda --prompt "The whale and the sea" --max-tokens 64 --temperature 0 "${@:2}" \
-      >"$1.txt" 2>"$1.err"
-  }
-  if generate_cuda "$BUILD_DIR/generate-cache" && generate_cuda "$BUILD_DIR/generate-nocache" --no-kv-cache &&
-     cmp -s "$BUILD_DIR/generate-cache.txt" "$BUILD_DIR/generate-nocache.txt"; then
-    say "PASS zero-generate --device cuda, the same greedy text with and without the KV cache: $(grep tokens/s "$BUILD_DIR/generate-cache.err") | $(grep tokens/s "$BUILD_DIR/generate-nocache.err")"
-  else
-    say "FAIL zero-generate --device cuda:"; tail -5 "$BUILD_DIR"/generate-*.err "$BUILD_DIR"/generate-*.txt | tee -a "$results"; status=1
-  fi
-  for stage in 2 3; do
-    train_cuda "stage$stage-offload" "{$common, \"zero_optimization\": {\"stage\": $stage, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}"
-  done
-else
-  say "SKIP zero-train --device cuda: no CUDA device"
-fi
+step_test_cuda_1() { need_gpu || return; run_test test_cuda 1; }
+step_test_cuda_2() {
+  need_gpu || return
+  # Two ranks: NCCL with a GPU each, else host staging on the one GPU (NCCL cannot put two
+  # ranks on one GPU).
+  [ "$gpus" -ge 2 ] || say "test_cuda at 2 ranks: one GPU, so host staging (no NCCL between ranks)"
+  run_test test_cuda 2
+}
+bench_stage() {  # STAGE
+  need_gpu || return
+  timeout "$step_seconds" "${mpirun_cmd[@]}" -np 1 "$BUILD_DIR/bench/bench_cuda" --model gpt2 \
+    --batch 16 --seq 1024 --stage "$1" --rounds 1 --steps 6 --warmup 2 \
+    $([ "$1" = 0 ] && echo --profile 3) >"$BUILD_DIR/bench_cuda-$1.log" 2>&1 ||
+    { tail -15 "$BUILD_DIR/bench_cuda-$1.log" | tee -a "$figures"; return 1; }
+  grep -E "^bench_cuda" "$BUILD_DIR/bench_cuda-$1.log" | tee -a "$figures"
+}
+step_bench_0() { bench_stage 0; }
+step_bench_2() { bench_stage 2; }
+step_bench_3() { bench_stage 3; }
+# zero-train on the GPU (stage 0, bf16, gpt2-tiny, 30 steps: the loss must fall), then
+# zero-generate from its checkpoint with --check-kv-cache: the logits with and without the KV
+# cache at every position (the cached run's tokens) within 2e-2 of their largest magnitude (bf16
+# sums in another order flip near-ties of greedy text; logits are the test), and the rates.
+step_train_generate() {
+  need_gpu || return
+  local dir="$BUILD_DIR/zero-train-stage0" log="$BUILD_DIR/zero-train-stage0.log"
+  rm -rf "$dir"; mkdir -p "$dir"
+  echo '{"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 1.0, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}' >"$dir/config.json"
+  timeout "$step_seconds" "$BUILD_DIR/bin/zero-run" -n 1 -- "$BUILD_DIR/bin/zero-train" --device cuda \
+    --config "$dir/config.json" --steps 30 --eval-every 0 --sample-tokens 8 --out "$dir/run" \
+    --save-every 30 >"$log" 2>&1 || { tail -15 "$log" | tee -a "$figures"; return 1; }
+  awk -F, 'NR==2 {first=$2} END {exit !($2 < first)}' "$dir/run/metrics.csv" ||
+    { say "zero-train --device cuda: the loss did not fall"; return 1; }
+  say "zero-train --device cuda stage 0: $(grep -m1 'tokens/s' "$log" | tr -s ' ') | $(grep -m1 'GPU memory peak' "$log" | tr -s ' ')"
+  timeout 60 "$BUILD_DIR/bin/zero-generate" --model "$dir/run" --device cuda \
+    --prompt "The whale and the sea" --max-tokens 64 --temperature 0 --check-kv-cache \
+    --tolerance 2e-2 >"$BUILD_DIR/generate.txt" 2>"$BUILD_DIR/generate.err" ||
+    { tail -5 "$BUILD_DIR/generate.err" | tee -a "$figures"; return 1; }
+  grep -E "tokens/s|KV-cache check" "$BUILD_DIR/generate.err" | tee -a "$figures"
+}
+step_fused_kernels() { skip "no fused CUDA kernels yet (issue 41: written with CPU references first)"; }
+step_compile_baseline() {
+  need_gpu || return
+  timeout "$step_seconds" "$PYTHON" bench/pytorch_nanogpt_compile.py --runs eager,compile_padded \
+    --steps 10 --warmup 3 --profile 3 >"$BUILD_DIR/compile.log" 2>&1 ||
+    { tail -10 "$BUILD_DIR/compile.log" | tee -a "$figures"; return 1; }
+  grep -E "^pytorch_nanogpt" "$BUILD_DIR/compile.log" | tee -a "$figures"
+}
 
-# ---- benchmarks ----------------------------------------------------------------------------
-if [ "$quick" = 0 ]; then
-  say "== benchmarks"
-  for stage in 0 2 3; do
-    "${mpirun_cmd[@]}" -np 1 "$BUILD_DIR/bench/bench_cuda" --stage "$stage" --rounds 2 --profile 3 2>&1 |
-      grep -E "^bench_cuda|error" | tee -a "$results" || status=1
-  done
-  "$PYTHON" bench/pytorch_gpt2_cuda.py 2>&1 | grep -E "^pytorch_gpt2|Error" | tee -a "$results" || status=1
-  # The torch.compile baseline of issue 25 (a nanoGPT-style model), with its kernel breakdown
-  # beside bench_cuda's (--profile).
-  timeout 420 "$PYTHON" bench/pytorch_nanogpt_compile.py --runs eager,compile_padded --profile 3 2>&1 |
-    grep -E "^pytorch_nanogpt|Error" | tee -a "$results" || status=1
-  # ZeRO-Offload of a model plain PyTorch cannot fit on an 80 GB GPU (issue 24): 6.65B
-  # parameters (L32 C4096, head size 128), optimizer state in pinned host memory. With clipping
-  # and 4 micro-batches of 8 x 1024 tokens per step at stage 1 (gradients accumulate on the GPU
-  # and go down once; the step waits for the norm), and without clipping at one micro-batch at
-  # stage 2 (the step overlaps backward). The plans: 58 / 47 GiB of the GPU, 99 GiB of host
-  # memory (zero-train --plan --device cuda). ZERO_GPU_BIG=0 skips them;
-  # ZERO_GPU_NVME=DIR adds a run with the optimizer state on NVMe under DIR (a smaller model:
-  # its swap files must fit the disk).
-  if [ "${ZERO_GPU_BIG:-1}" != 0 ] && [ "$has_gpu" = 1 ]; then
-    offload_bench() {
-      timeout 420 "${mpirun_cmd[@]}" -np 1 \
-        "$BUILD_DIR/bench/bench_offload_cuda" "$@" 2>&1 |
-        grep -E "^bench_offload_cuda (model|result|split|built)|error|Error|what" | tee -a "$results" || status=1
-    }
-    offload_bench --model L32-C4096-H32 --batch 8 --gas 4 --clip 1.0 --stage 1 --steps 2
-    offload_bench --model L32-C4096-H32 --batch 8 --gas 1 --clip 0 --stage 2 --steps 3
-    if [ -n "${ZERO_GPU_NVME:-}" ]; then
-      offload_bench --model L16-C4096-H32 --batch 8 --gas 4 --clip 1.0 --stage 2 --steps 2 \
-        --offload nvme --nvme-path "$ZERO_GPU_NVME"
+# Tier 2. GPT-2 shapes from the largest down, each run only when the host memory its
+# offloaded optimizer needs (about 16 bytes per parameter: fp32 master weights and Adam's
+# moments, pinned, and the 16-bit gradient and parameter copies) is available.
+offload_run() {  # MODEL EXTRA_ARGS...
+  local model="$1"; shift
+  timeout "$step_seconds" "${mpirun_cmd[@]}" -np 1 "$BUILD_DIR/bench/bench_offload_cuda" \
+    --model "$model" "$@" >"$BUILD_DIR/offload-$model.log" 2>&1 ||
+    { tail -10 "$BUILD_DIR/offload-$model.log" | tee -a "$figures"; return 1; }
+  grep -E "^bench_offload_cuda (model|result|split|built)" "$BUILD_DIR/offload-$model.log" | tee -a "$figures"
+}
+params_of() {  # L<layers>-C<width>: parameters of that GPT-2 (vocab 50257, context 1024)
+  local l c; l="$(echo "$1" | sed -E 's/^L([0-9]+)-C([0-9]+).*/\1/')"; c="$(echo "$1" | sed -E 's/^L([0-9]+)-C([0-9]+).*/\2/')"
+  echo $((12 * l * c * c + 13 * l * c + 50257 * c + 1024 * c + 2 * c))
+}
+step_offload_largest() {
+  need_gpu || return
+  local available; available=$(($(awk '/MemAvailable/ {print $2}' /proc/meminfo) * 1024))
+  for model in L32-C4096-H32 L24-C4096-H32 L16-C4096-H32 L24-C2048-H16; do
+    local need=$(($(params_of "$model") * 17))
+    if [ "$need" -gt "$available" ]; then
+      say "ZeRO-Offload $model: needs about $((need >> 30)) GiB of host memory, $((available >> 30)) GiB available: the next smaller"
+      continue
     fi
-  fi
-fi
+    say "ZeRO-Offload $model ($(($(params_of "$model") / 1000000))M parameters; about $((need >> 30)) GiB of host memory of $((available >> 30)) GiB)"
+    offload_run "$model" --batch 8 --gas 1 --clip 0 --stage 2 --steps 2 --warmup 1
+    return
+  done
+  skip "no GPT-2 of the list fits this machine's host memory"
+}
+step_offload_nvme() {
+  need_gpu || return
+  [ -n "${ZERO_GPU_NVME:-}" ] || skip "ZERO_GPU_NVME not set (a directory on NVMe)"
+  pkg-config --exists liburing 2>/dev/null || [ -d "$deps_root" ] || skip "no liburing here"
+  offload_run L16-C4096-H32 --batch 8 --gas 4 --clip 1.0 --stage 2 --steps 1 --warmup 1 \
+    --offload nvme --nvme-path "$ZERO_GPU_NVME"
+}
 
-say "== gpu-check: $([ "$status" = 0 ] && echo OK || echo FAILED)"
-[ -n "${OUT:-}" ] && [ -d "$OUT" ] && cp "$results" "$OUT/"
+status=0
+step_began=0
+for entry in "${!steps_var}"; do
+  IFS=: read -r name seconds fn <<<"$entry"
+  left=$((budget - $(elapsed)))
+  if [ "$left" -lt 15 ]; then
+    statuses+=("SKIP $name: the tier's ${budget} s are spent ($(elapsed) s)")
+    continue
+  fi
+  step_seconds=$((seconds < left ? seconds : left))
+  step_began=$(elapsed)
+  say "== $name (up to ${step_seconds} s)"
+  skip_reason=""
+  begin=$(elapsed)
+  set +e
+  "$fn"
+  rc=$?
+  set -e
+  took=$(($(elapsed) - begin))
+  case "$rc" in
+    0) statuses+=("PASS $name ($took s)") ;;
+    77) statuses+=("SKIP $name: $skip_reason") ;;
+    124) statuses+=("FAIL $name: over its ${step_seconds} s"); status=1 ;;
+    *) statuses+=("FAIL $name ($took s)"); status=1
+       # Nothing after a failed build can run.
+       [ "$fn" = step_build ] && break ;;
+  esac
+done
+statuses+=("== gpu-check tier $tier: $([ "$status" = 0 ] && echo OK || echo FAILED) in $(elapsed) s")
 exit "$status"

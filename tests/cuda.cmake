@@ -15,3 +15,7 @@ if(TARGET zero_cuda)
   target_link_libraries(test_cuda_linkage PRIVATE zero_cuda GTest::gtest GTest::gtest_main)
   add_test(NAME test_cuda_linkage COMMAND $<TARGET_FILE:test_cuda_linkage>)
 endif()
+# scripts/gpu-check.sh --dry-run: each tier's steps and time budgets, without a GPU (issue 41).
+add_test(NAME gpu_check_dry_run COMMAND ${PROJECT_SOURCE_DIR}/scripts/gpu-check.sh --dry-run)
+set_tests_properties(gpu_check_dry_run PROPERTIES
+                     PASS_REGULAR_EXPRESSION "tier 1 \\(budget [0-9]+ s\\):.*torch.compile baseline.*tier 2 \\(budget [0-9]+ s\\):.*ZeRO-Offload, the largest GPT-2")

@@ -292,7 +292,7 @@ std::vector<Edit> edits() {
        }},
       {"an unknown optimizer", "optimizer.type",
        [](Saved& s, std::mt19937_64&) {
-         s.metadata["optimizer"]["type"] = "Muon";
+         s.metadata["optimizer"]["type"] = "MuAdam";
          return true;
        }},
       {"the version as a string", "version",

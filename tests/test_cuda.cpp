@@ -20,6 +20,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "test_util.h"
 #include "zero/comm_mpi.h"
 #include "zero/comm_nccl.h"
+#include "zero/cuda_support.h"
 #include "zero/activation_checkpointing.h"
 #include "zero/error.h"
 #include "zero/gpt2.h"
@@ -48,6 +50,26 @@ std::shared_ptr<Communicator> cuda_world() {
   auto host = world();
   if (host->size() <= cuda_device_count()) return make_nccl_communicator(*host);
   return make_host_staged_communicator(host);
+}
+
+// This rank's GPU (its local rank's, zero::cuda_device_for_local_rank), as the programs take
+// it: on a machine with a GPU per rank, rank 1 must not train on cuda:0.
+std::string rank_device() { return "cuda:" + std::to_string(default_cuda_device()); }
+
+// Which GPU a rank takes: its rank on the machine modulo the GPUs it sees (ranks beyond the
+// count share them, through host staging), GPU 0 without a launcher's local rank, none
+// without GPUs. Runs without a GPU.
+TEST(CudaDevice, EachRankTakesItsLocalGpu) {
+  EXPECT_EQ(cuda_device_for_local_rank(-1, 0), -1);
+  EXPECT_EQ(cuda_device_for_local_rank(3, 0), -1);
+  EXPECT_EQ(cuda_device_for_local_rank(-1, 4), 0);
+  EXPECT_EQ(cuda_device_for_local_rank(0, 4), 0);
+  EXPECT_EQ(cuda_device_for_local_rank(3, 4), 3);
+  EXPECT_EQ(cuda_device_for_local_rank(5, 4), 1);
+  EXPECT_EQ(cuda_device_for_local_rank(7, 1), 0);
+  const int devices = cuda_device_count();
+  EXPECT_EQ(default_cuda_device() < 0, devices == 0);
+  EXPECT_LT(default_cuda_device(), std::max(devices, 1));
 }
 
 at::Tensor values(int64_t n, at::ScalarType dtype, int salt, const at::Device& device) {
@@ -136,7 +158,7 @@ TEST(Cuda, EngineMatchesTorchOptimOnCuda) {
           SCOPED_TRACE("stage " + std::to_string(stage) + " " + dtype + " gas " +
                        std::to_string(gas) + " clip " + std::to_string(clip));
           RunOptions options;
-          options.device = "cuda:0";
+          options.device = rank_device();
           options.stage = stage;
           options.dtype = dtype;
           options.gradient_accumulation_steps = gas;
@@ -177,7 +199,7 @@ TEST(Cuda, OffloadedOptimizerMatchesTheStateOnTheDevice) {
           SCOPED_TRACE("stage " + std::to_string(stage) + " " + dtype + " gas " +
                        std::to_string(gas) + " clip " + std::to_string(clip));
           RunOptions options;
-          options.device = "cuda:0";
+          options.device = rank_device();
           options.stage = stage;
           options.dtype = dtype;
           options.gradient_accumulation_steps = gas;
@@ -216,7 +238,7 @@ TEST(Cuda, OffloadedParametersMatchTheOffloadedOptimizer) {
   auto comm = cuda_world();
   const ModelSpec spec = tiny_gpt2_spec();
   RunOptions options;
-  options.device = "cuda:0";
+  options.device = rank_device();
   options.stage = 3;
   options.dtype = "bf16";
   options.gradient_clipping = 1.0;
@@ -293,7 +315,7 @@ TEST(Cuda, OneDeviceReadPerStep) {
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE("stage " + std::to_string(stage));
     RunOptions options;
-    options.device = "cuda:0";
+    options.device = rank_device();
     options.stage = stage;
     options.dtype = "bf16";
     options.gradient_clipping = 1.0;

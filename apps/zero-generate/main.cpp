@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,10 @@ struct Options {
   uint64_t seed = 0;
   std::string device = "cpu";
   bool kv_cache = true;
+  // --check-kv-cache: both paths at every position (the cached one's choice taken), their
+  // logits compared within `tolerance` of the logits' largest magnitude.
+  bool check_kv_cache = false;
+  double tolerance = 1e-3;
   int threads = 0;
   std::string encoder = "data/gpt2/encoder.json";
   std::string vocab = "data/gpt2/vocab.bpe";
@@ -147,6 +152,46 @@ std::shared_ptr<zero::CausalLM> load_model(const std::string& path) {
 }
 
 // The next token from `logits` [vocab] (fp32 on the CPU).
+// --check-kv-cache's comparison, position by position: the largest difference between the
+// cached and uncached logits relative to the uncached ones' largest magnitude, and the first
+// position whose most likely tokens differ, with the uncached logits' margin between the two
+// (a near-tie, within the tolerance, is rounding; a wide margin is a wrong cache).
+struct KvCacheCheck {
+  int64_t positions = 0;
+  int64_t past_context = 0;  // positions not compared
+  double largest_relative = 0;
+  int64_t first_divergence = -1;
+  double divergence_margin = 0;
+
+  void add(const at::Tensor& cached, const at::Tensor& uncached) {
+    const double scale = std::max(uncached.abs().max().item<double>(), 1e-30);
+    largest_relative = std::max(largest_relative,
+                                (cached - uncached).abs().max().item<double>() / scale);
+    const int64_t a = cached.argmax().item<int64_t>(), b = uncached.argmax().item<int64_t>();
+    if (a != b && first_divergence < 0) {
+      first_divergence = positions;
+      divergence_margin =
+          (uncached[b].item<double>() - uncached[a].item<double>()) / scale;
+    }
+    ++positions;
+  }
+
+  std::string describe(double tolerance) const {
+    std::ostringstream text;
+    text << positions << " positions";
+    if (past_context > 0) text << " (and " << past_context << " past the context, not compared)";
+    text << ", largest |cached - uncached| / max |logit| "
+         << largest_relative << " (tolerance " << tolerance << "); ";
+    if (first_divergence < 0) {
+      text << "the same most likely token at every position";
+    } else {
+      text << "the most likely tokens first differ at position " << first_divergence
+           << ", a margin of " << divergence_margin << " of max |logit| (a near-tie)";
+    }
+    return text.str();
+  }
+};
+
 int64_t sample(at::Tensor logits, const Options& o, at::Generator& generator) {
   if (o.temperature <= 0) return logits.argmax().item<int64_t>();
   logits = logits / o.temperature;
@@ -194,6 +239,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool no_cache = false;
   app.add_flag("--no-kv-cache", no_cache, "run the whole context again for every token");
+  app.add_flag("--check-kv-cache", o.check_kv_cache,
+               "run both, with and without the KV cache, at every position (the cached run's "
+               "tokens taken by both): their logits must agree within --tolerance of their "
+               "largest magnitude; prints the largest difference and the first position where "
+               "the two would choose differently (a near-tie passes); exit status 1 if not")
+      ->excludes("--no-kv-cache");
+  app.add_option("--tolerance", o.tolerance,
+                 "--check-kv-cache's bound on |difference| / max |logit|")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("--threads", o.threads, "libtorch threads (default: every core)")
       ->check(CLI::Range(0, cores));
@@ -235,20 +290,34 @@ int main(int argc, char** argv) {
     zero::KVCache cache;
     const auto started = std::chrono::steady_clock::now();
     double first_token_seconds = 0;
+    // The next position's logits, [vocab], from the whole context (the last `context` ids).
+    const auto uncached_logits = [&] {
+      const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
+      const at::Tensor input =
+          at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
+              .unsqueeze(0)
+              .to(device);
+      const at::Tensor all = model->forward(input);
+      return all.select(1, all.size(1) - 1).squeeze(0);
+    };
+    KvCacheCheck check;
     for (int64_t produced = 0; produced < o.max_tokens; ++produced) {
       at::Tensor logits;  // the next position's, [vocab]
       if (o.kv_cache) {
         logits = model->next_logits(ids, cache, context);  // the prompt first, then one at a time
       } else {
-        const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - context);
-        const at::Tensor input =
-            at::tensor(std::vector<int64_t>(ids.begin() + first, ids.end()), at::kLong)
-                .unsqueeze(0)
-                .to(device);
-        const at::Tensor all = model->forward(input);
-        logits = all.select(1, all.size(1) - 1).squeeze(0);
+        logits = uncached_logits();
       }
       const at::Tensor last = logits.to(at::kCPU, at::kFloat);
+      // Past the context the two see different windows (the cache starts again from the last
+      // half of it: CausalLM::next_logits), so only positions within it are compared.
+      if (o.check_kv_cache) {
+        if (static_cast<int64_t>(ids.size()) <= context) {
+          check.add(last, uncached_logits().to(at::kCPU, at::kFloat));
+        } else {
+          ++check.past_context;
+        }
+      }
       const int64_t next = sample(last, o, generator);
       ids.push_back(next);
       // A padded model's ids past the tokenizer's print nothing (Note [Padded vocabularies]).
@@ -271,6 +340,12 @@ int main(int argc, char** argv) {
                                   : 0.0,
                  first_token_seconds, prompt.size(), device.str().c_str(),
                  o.kv_cache ? "on" : "off");
+    if (o.check_kv_cache) {
+      const bool ok = check.largest_relative <= o.tolerance;
+      std::fprintf(stderr, "zero-generate: KV-cache check %s: %s\n", ok ? "passed" : "FAILED",
+                   check.describe(o.tolerance).c_str());
+      return ok ? 0 : 1;
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\nzero-generate: error: %s\n", e.what());

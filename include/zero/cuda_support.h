@@ -38,6 +38,12 @@ struct ZERO_API CudaSupport {
   void (*reset_memory_peaks)(int device) = nullptr;
 };
 
+/// The GPU a rank takes among `device_count` visible ones: its rank on the machine
+/// (`local_rank`, from the launcher; -1 when none says) modulo the count, 0 without a local
+/// rank, -1 without devices. make_nccl_communicator's default (NcclOptions::device -1) and
+/// the device tests and programs put a rank's tensors on ("cuda:" + it), never "cuda:0".
+ZERO_API int cuda_device_for_local_rank(int local_rank, int device_count);
+
 /// Loads libzero_cuda (from beside libzero, else the library search path) on the first call
 /// and returns what it offers. Throws zero::Error saying why when it cannot: zero built
 /// without CUDA (ZERO_CUDA, cmake/ZeroCuda.cmake), or the library or its CUDA dependencies

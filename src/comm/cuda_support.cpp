@@ -58,6 +58,11 @@ const CudaSupport& load() {
 
 }  // namespace
 
+int cuda_device_for_local_rank(int local_rank, int device_count) {
+  if (device_count <= 0) return -1;
+  return local_rank >= 0 ? local_rank % device_count : 0;
+}
+
 const CudaSupport& cuda_support() {
   // A failure is not cached: the next call tries again and says why again.
   static std::mutex mutex;

@@ -14,6 +14,7 @@
 #include "comm/host_staged_communicator.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -144,8 +145,12 @@ class HostStagedCommunicator final : public Communicator {
         ready->record(guard.getStream(device));
       }
     }
-    return host_->in_order([buffers = std::move(buffers), ready,
+    return host_->in_order([buffers = std::move(buffers), ready, device,
                             collective = std::move(collective)] {
+      // The host communicator's thread: its CUDA calls on the buffers' device (a fresh
+      // thread's current device is GPU 0, where its first call would make a context).
+      std::optional<c10::DeviceGuard> on_device;
+      if (!device.is_cpu()) on_device.emplace(device);
       if (ready) ready->synchronize();
       std::vector<at::Tensor> host;
       for (const at::Tensor& b : buffers) {

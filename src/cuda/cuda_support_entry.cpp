@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "zero/comm_nccl.h"
 #include "zero/cuda_support.h"
@@ -13,11 +14,13 @@ namespace {
 
 CudaMemory cuda_memory(int device) {
   size_t free = 0, total = 0;
-  int previous = 0;
-  ZERO_CHECK(cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(device) == cudaSuccess,
-             "cannot select CUDA device ", device, ": ", cudaGetErrorString(cudaGetLastError()));
-  const cudaError_t rc = cudaMemGetInfo(&free, &total);
-  cudaSetDevice(previous);
+  cudaError_t rc = cudaSuccess;
+  {
+    // c10's guard restores the previous device without making a context on it (a raw
+    // cudaSetDevice back would: a context on GPU 0 for every rank).
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    rc = cudaMemGetInfo(&free, &total);
+  }
   ZERO_CHECK(rc == cudaSuccess, "cannot read the memory of CUDA device ", device, ": ",
              cudaGetErrorString(rc));
   using c10::CachingAllocator::StatType;

@@ -34,6 +34,7 @@
 // nothing stays blocked in it) and the job is ended with exit status 3 (abort_mpi_job), as the
 // MPI backend does.
 #include "zero/comm_nccl.h"
+#include "zero/cuda_support.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -41,6 +42,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -151,6 +153,10 @@ class NcclCommunicator final : public Communicator {
     ZERO_CHECK(device < devices, "make_nccl_communicator on rank ", rank_, ": device ", device,
                " asked for, but ", devices, " CUDA device(s) are visible");
     device_ = static_cast<c10::DeviceIndex>(device);
+    // The rank's device becomes the creating thread's current one, before any call that would
+    // make a context (else the runtime's default, GPU 0, gets one on every rank): a program
+    // makes its communicator first, and then "cuda" tensors land on the rank's GPU.
+    c10::cuda::set_device(device_);
     timeout_seconds_ =
         options.timeout_seconds >= 0 ? options.timeout_seconds : env::collective_timeout_seconds();
     const c10::cuda::CUDAGuard guard(device_);
@@ -342,6 +348,8 @@ class NcclCommunicator final : public Communicator {
   WorkHandle in_order(std::function<void()> task) override {
     std::lock_guard<std::recursive_mutex> lock(issue_mutex_);
     check_usable("in_order task");
+    // The work's event on this communicator's device, whichever is current on this thread.
+    const c10::cuda::CUDAGuard device_guard(device_);
     auto work = std::make_shared<NcclWork>(*this, "in_order task", CommStats{}, false);
     {
       const c10::cuda::CUDAStreamGuard stream_guard(*stream_);
@@ -407,8 +415,9 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard<std::mutex> stats_lock(stats_mutex_);
       stats_ += counted;
     }
-    auto work = std::make_shared<NcclWork>(*this, checker.describe(call), counted, host_blocking);
+    // The guard first: the work's event is made on the current device.
     const c10::cuda::CUDAGuard guard(device_);
+    auto work = std::make_shared<NcclWork>(*this, checker.describe(call), counted, host_blocking);
     const bool on_host = buffers.front().device().is_cpu();
     std::vector<at::Tensor> device_buffers = buffers;
     {
@@ -473,6 +482,8 @@ class NcclCommunicator final : public Communicator {
   // Note [Collective timeout] for NCCL: the oldest unfinished collective past its deadline, or
   // an asynchronous NCCL error, ends the job.
   void watch() {
+    // This thread's CUDA calls (event queries) on the communicator's device, not GPU 0.
+    c10::cuda::set_device(device_);
     std::unique_lock<std::mutex> lock(watch_mutex_);
     while (!stopping_) {
       watch_cv_.wait_for(lock, std::chrono::milliseconds(200));
@@ -574,7 +585,7 @@ int cuda_device_count() {
 int default_cuda_device() {
   const int devices = cuda_device_count();
   if (devices == 0) return -1;
-  return env::local_rank() >= 0 ? env::local_rank() % devices : 0;
+  return cuda_device_for_local_rank(env::local_rank(), devices);
 }
 
 std::shared_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap,

@@ -1,8 +1,10 @@
 #include "engine/host_offload.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "zero/error.h"
@@ -124,6 +126,10 @@ void HostGradientPipeline::process(const Job& job) {
 }
 
 void HostGradientPipeline::run() {
+  // This thread's CUDA calls (waiting for copies) on the model's device: a fresh thread's
+  // current device is GPU 0, and its first call would make a context there on every rank.
+  std::optional<c10::DeviceGuard> on_device;
+  if (!queue_->device().is_cpu()) on_device.emplace(queue_->device());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });

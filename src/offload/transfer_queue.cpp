@@ -86,6 +86,7 @@ class StreamTransferQueue final : public TransferQueue {
     }
   }
 
+  at::Device device() const override { return device_; }
   Ticket last() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     return last_;
@@ -166,6 +167,7 @@ class ThreadTransferQueue final : public TransferQueue {
 
   void order_current_stream_after(Ticket ticket) override { wait(ticket); }
 
+  at::Device device() const override { return at::Device(at::kCPU); }
   Ticket last() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     return last_;

@@ -50,6 +50,8 @@ class TransferQueue {
   virtual void order_current_stream_after(Ticket ticket) = 0;
   /// The newest ticket handed out (0 before the first copy).
   virtual Ticket last() const = 0;
+  /// The device the copies go to and from (the CPU for the stand-in).
+  virtual at::Device device() const = 0;
   virtual Stats stats() const = 0;
 
   /// A pinned host buffer when the device has a pinned-memory allocator and `pinned` is

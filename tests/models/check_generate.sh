@@ -38,6 +38,24 @@ for cache in "" "--no-kv-cache"; do
   [ "$got" = "$expected" ] || fail "greedy ${cache:-with the KV cache}: zero-generate gave $got, transformers $expected"
   echo "[greedy ${cache:-KV cache}] ok: $(cat "$work/stderr$cache.txt")"
 done
+# --check-kv-cache (what gpu-check runs after bf16 training on a GPU): both paths at every
+# position within the context (64: the prompt's 5 and 59 more) agree within the tolerance
+# (fp32 here: far within); past it the windows differ and are not compared; a tolerance of 0
+# fails, naming the largest difference (or passes only with none).
+"$zero_generate" --model "$work/hf" --prompt "$prompt" --max-tokens 100 --temperature 0 \
+  --check-kv-cache --tolerance 1e-4 >/dev/null 2>"$work/check.txt" ||
+  fail "--check-kv-cache failed: $(cat "$work/check.txt")"
+grep -q "KV-cache check passed: 60 positions (and 40 past the context, not compared)" "$work/check.txt" ||
+  fail "--check-kv-cache said: $(cat "$work/check.txt")"
+if "$zero_generate" --model "$work/hf" --prompt "$prompt" --max-tokens 3 --temperature 0 \
+     --check-kv-cache --tolerance 0 >/dev/null 2>"$work/check0.txt"; then
+  grep -q "largest |cached - uncached| / max |logit| 0 " "$work/check0.txt" ||
+    fail "--check-kv-cache --tolerance 0 passed with a difference: $(cat "$work/check0.txt")"
+else
+  grep -q "KV-cache check FAILED" "$work/check0.txt" ||
+    fail "--check-kv-cache --tolerance 0: $(cat "$work/check0.txt")"
+fi
+echo "[KV-cache check] ok: $(grep 'KV-cache check' "$work/check.txt")"
 # Sampling: the same seed, the same text; another seed, (almost surely) another.
 one="$("$zero_generate" --model "$work/hf" --prompt "$prompt" --max-tokens 30 --seed 5 --top-p 0.9 2>/dev/null)"
 two="$("$zero_generate" --model "$work/hf" --prompt "$prompt" --max-tokens 30 --seed 5 --top-p 0.9 2>/dev/null)"
