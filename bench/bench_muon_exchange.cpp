@@ -12,6 +12,7 @@
 // Markdown rows on rank 0.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -40,24 +41,6 @@ struct Options {
   int64_t batch = 2;
   int64_t seq = 64;
 };
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i];
-    const std::string value = argv[i + 1];
-    if (key == "--model") o.model = value;
-    else if (key == "--stage") o.stage = std::stoi(value);
-    else if (key == "--steps") o.steps = std::stoi(value);
-    else if (key == "--batch") o.batch = std::stoll(value);
-    else if (key == "--seq") o.seq = std::stoll(value);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", key.c_str());
-      return Options{"", -1};
-    }
-  }
-  return o;
-}
 
 double max_over_ranks(zero::Communicator& comm, double value) {
   at::Tensor t = at::full({1}, value, at::kDouble);
@@ -133,8 +116,16 @@ Result run(const Options& o, const std::shared_ptr<zero::Communicator>& comm, bo
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
-  if (o.stage < 0) return 2;
+  Options o;
+  CLI::App app{"bench_muon_exchange: Muon's owner exchange against every holder"};
+  app.add_option("--model", o.model, "GPT-2 preset")->capture_default_str();
+  app.add_option("--stage", o.stage, "ZeRO stage")->check(CLI::Range(0, 3))->capture_default_str();
+  app.add_option("--steps", o.steps, "steps per mode (the first untimed)")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per micro-batch")->capture_default_str();
+  app.add_option("--seq", o.seq, "tokens per sequence")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   zero::keep_freed_host_memory();
   zero::track_host_memory();
   auto comm = zero::make_mpi_communicator();

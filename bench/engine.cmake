@@ -30,5 +30,5 @@ target_link_libraries(bench_fused_kernels PRIVATE zero_gpt2_internal CLI11::CLI1
 target_compile_options(bench_fused_kernels PRIVATE ${ZERO_WARNINGS})
 # Note [Muon under partitioning]: the owner exchange against every holder (bench/muon_exchange.sh).
 add_executable(bench_muon_exchange ${CMAKE_CURRENT_LIST_DIR}/bench_muon_exchange.cpp)
-target_link_libraries(bench_muon_exchange PRIVATE zero_gpt2_internal)  # engine/engine_core.h
+target_link_libraries(bench_muon_exchange PRIVATE zero_gpt2_internal CLI11::CLI11)  # engine_core.h
 target_compile_options(bench_muon_exchange PRIVATE ${ZERO_WARNINGS})
