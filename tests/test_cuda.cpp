@@ -20,6 +20,8 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -81,7 +83,7 @@ at::Tensor values(int64_t n, at::ScalarType dtype, int salt, const at::Device& d
 // Every collective on CUDA tensors against the MPI backend on CPU copies of the same values.
 void check_collectives(Communicator& cuda) {
   auto host = world();
-  const at::Device gpu(at::kCUDA, 0);
+  const at::Device gpu(rank_device());
   const int rank = host->rank();
   const int size = host->size();
   std::vector<int64_t> uneven;
@@ -133,11 +135,44 @@ TEST(Cuda, NcclCollectivesMatchTheMpiBackend) {
   check_collectives(*nccl);
   // A CUDA input with a CPU output is refused at issue, naming both.
   try {
-    (void)nccl->all_gather(at::zeros({2}, at::Device(at::kCUDA, 0)), at::zeros({2 * nccl->size()}));
+    (void)nccl->all_gather(at::zeros({2}, at::Device(rank_device())),
+                           at::zeros({2 * nccl->size()}));
     ADD_FAILURE() << "an all_gather from a CUDA tensor into a CPU one was issued";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("all_gather (nccl, rank "), std::string::npos)
         << error.what();
+  }
+}
+
+// One GPU per rank and nothing on the others: after collectives, in_order tasks (NCCL's and
+// host staging's, whose copies run on other threads) and a memory reading, no other GPU has a
+// primary context in this process (a context costs hundreds of MB of the other rank's GPU).
+// Read through the driver API, loaded at run time (CI machines have no libcuda).
+TEST(CudaDevice, NoContextOnAnotherGpu) {
+  ZERO_REQUIRE_CUDA();
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU: no other GPU to keep clean";
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr) GTEST_SKIP() << "libcuda.so.1 not loadable: " << dlerror();
+  using GetState = int (*)(int device, unsigned* flags, int* active);
+  const auto get_state = reinterpret_cast<GetState>(dlsym(driver, "cuDevicePrimaryCtxGetState"));
+  ASSERT_NE(get_state, nullptr);
+  auto comm = cuda_world();
+  check_collectives(*comm);
+  comm->in_order([] {})->wait();
+  auto staged = make_host_staged_communicator(world());
+  at::Tensor values_on_gpu = at::ones({8}, at::Device(rank_device()));
+  staged->all_reduce(values_on_gpu, ReduceOp::kSum)->wait();
+  (void)zero_cuda_support_v1()->memory(default_cuda_device());  // the linked copy
+  for (int device = 0; device < cuda_device_count(); ++device) {
+    unsigned flags = 0;
+    int active = 0;
+    ASSERT_EQ(get_state(device, &flags, &active), 0);
+    if (device == default_cuda_device()) {
+      EXPECT_EQ(active, 1) << "no context on this rank's own GPU " << device;
+    } else {
+      EXPECT_EQ(active, 0) << "rank " << world()->rank() << " (GPU " << default_cuda_device()
+                           << ") made a context on GPU " << device;
+    }
   }
 }
 
