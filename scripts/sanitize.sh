@@ -75,14 +75,16 @@ leak:libevent
 leak:libpmix
 SUPP
 asan_tests=(test_config test_bounded_input test_safetensors test_shard test_comm test_comm_work
-            test_checkpoint test_device_offload)
+            test_checkpoint test_device_offload test_muon)
 fuzzers=(fuzz_config fuzz_safetensors fuzz_checkpoint_metadata)
 cmake --build "$ASAN_DIR" -j "$build_jobs" --target zero-train zero-ckpt "${asan_tests[@]}" "${fuzzers[@]}"
-# Single-process tests as they are; the multi-rank ones at 2 ranks.
+# Single-process tests as they are; the multi-rank ones at 2 ranks. test_muon: Muon's exchange
+# plan over simulated ranks (its transfers index per-peer lists) and Newton-Schulz; the engine's
+# Muon step runs in test_checkpoint's resume test.
 # The device offload pipeline (its worker and copy threads) at 1 rank; test_checkpoint without
 # its device-offload case (that pipeline is test_device_offload's here).
 (cd "$ASAN_DIR" && GTEST_FILTER="-Checkpoint.DeviceOffload*" ctest --output-on-failure --timeout 900 \
-   -R "^(test_config|test_bounded_input|test_safetensors|test_shard|test_comm_np2|test_comm_work_np2|test_checkpoint_np2|test_device_offload)$")
+   -R "^(test_config|test_bounded_input|test_safetensors|test_shard|test_comm_np2|test_comm_work_np2|test_checkpoint_np2|test_device_offload|test_muon)$")
 
 # The hierarchical collectives (Note [Hierarchical collectives]: the packed layout, the node's
 # shared packed buffer) need two nodes of two ranks: test_comm's collective tests at 4 ranks,
