@@ -236,8 +236,13 @@ step_build() {
   say "build: ${targets[*]} ($jobs jobs)"
   local left=$((step_seconds - $(elapsed) + step_began))
   [ "$left" -gt 0 ] || return 124
-  timeout "$left" cmake --build "$BUILD_DIR" -j "$jobs" --target "${targets[@]}" >"$BUILD_DIR.build.log" 2>&1 ||
-    { grep -E "error|Error" "$BUILD_DIR.build.log" | head -40 | tee -a "$figures"; return 1; }
+  local rc=0
+  timeout "$left" cmake --build "$BUILD_DIR" -j "$jobs" --target "${targets[@]}" \
+    >"$BUILD_DIR.build.log" 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then
+    grep -E "error|Error" "$BUILD_DIR.build.log" | head -40 | tee -a "$figures"
+    return "$rc"  # 124: over its time
+  fi
 }
 
 run_test() {  # NAME RANKS
@@ -362,7 +367,8 @@ for entry in "${!steps_var}"; do
   case "$rc" in
     0) statuses+=("PASS $name ($took s)") ;;
     77) statuses+=("SKIP $name: $skip_reason") ;;
-    124) statuses+=("FAIL $name: over its ${step_seconds} s"); status=1 ;;
+    124) statuses+=("FAIL $name: over its ${step_seconds} s"); status=1
+         [ "$fn" = step_build ] && break ;;
     *) statuses+=("FAIL $name ($took s)"); status=1
        # Nothing after a failed build can run.
        [ "$fn" = step_build ] && break ;;
