@@ -22,7 +22,6 @@
 
 #include <dlfcn.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -57,22 +56,6 @@ std::shared_ptr<Communicator> cuda_world() {
 // This rank's GPU (its local rank's, zero::cuda_device_for_local_rank), as the programs take
 // it: on a machine with a GPU per rank, rank 1 must not train on cuda:0.
 std::string rank_device() { return "cuda:" + std::to_string(default_cuda_device()); }
-
-// Which GPU a rank takes: its rank on the machine modulo the GPUs it sees (ranks beyond the
-// count share them, through host staging), GPU 0 without a launcher's local rank, none
-// without GPUs. Runs without a GPU.
-TEST(CudaDevice, EachRankTakesItsLocalGpu) {
-  EXPECT_EQ(cuda_device_for_local_rank(-1, 0), -1);
-  EXPECT_EQ(cuda_device_for_local_rank(3, 0), -1);
-  EXPECT_EQ(cuda_device_for_local_rank(-1, 4), 0);
-  EXPECT_EQ(cuda_device_for_local_rank(0, 4), 0);
-  EXPECT_EQ(cuda_device_for_local_rank(3, 4), 3);
-  EXPECT_EQ(cuda_device_for_local_rank(5, 4), 1);
-  EXPECT_EQ(cuda_device_for_local_rank(7, 1), 0);
-  const int devices = cuda_device_count();
-  EXPECT_EQ(default_cuda_device() < 0, devices == 0);
-  EXPECT_LT(default_cuda_device(), std::max(devices, 1));
-}
 
 at::Tensor values(int64_t n, at::ScalarType dtype, int salt, const at::Device& device) {
   return (at::arange(n, at::kFloat).remainder(13) + world()->rank() * 3 + salt)

@@ -250,6 +250,10 @@ class ZERO_API Communicator {
 /// Collective: every rank's `text`, in rank order, on every rank.
 ZERO_API std::vector<std::string> all_gather_texts(Communicator& comm, const std::string& text);
 
+/// Collective: every rank's `local` (one-dimensional, contiguous, on the CPU; the same dtype
+/// on every rank, any length), in rank order, on every rank.
+ZERO_API std::vector<at::Tensor> all_gather_varying(Communicator& comm, const at::Tensor& local);
+
 // Note [Agreeing on a failure]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Work that can fail on some ranks only (reading a file, creating a directory, checking a

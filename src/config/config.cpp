@@ -12,6 +12,7 @@
 
 #include "common/bounded_input.h"
 #include "common/dtype_names.h"
+#include "common/text.h"
 #include "config/keys.h"
 #include "config/reader.h"
 #include "config/trainer_fill.h"
@@ -37,11 +38,6 @@ bool non_negative(double v) { return v >= 0.0; }
 bool positive(double v) { return v > 0.0; }
 bool beta_range(double v) { return v >= 0.0 && v < 1.0; }
 bool unit_range(double v) { return v >= 0.0 && v <= 1.0; }
-
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
 
 // ---- batch triple -------------------------------------------------------------------------
 
@@ -309,24 +305,13 @@ void parse_muon_params(const ObjectView& params, OptimizerConfig& optimizer,
   parse_betas(params, optimizer);
   optimizer.eps = params.get_number("eps", 1e-10, positive, "a number > 0");
   optimizer.aux_adam_w_mode = params.get_bool("adam_w_mode", true);
-  if (const auto method = params.get_optional_string("ns_method", "\"gram\" or \"standard\"")) {
-    if (*method == "gram") {
-      optimizer.ns_method = MuonNsMethod::kGram;
-    } else if (*method == "standard") {
-      optimizer.ns_method = MuonNsMethod::kStandard;
-    } else {
-      params.invalid("ns_method", *params.raw("ns_method"), "\"gram\" or \"standard\"");
-    }
+  if (const auto method =
+          params.get_choice("ns_method", {"gram", "standard"}, "\"gram\" or \"standard\"")) {
+    optimizer.ns_method = *method == 0 ? MuonNsMethod::kGram : MuonNsMethod::kStandard;
   }
-  if (const auto dtype = params.get_optional_string("ns_dtype", "\"fp32\" or \"bf16\"")) {
-    if (*dtype == "fp32") {
-      optimizer.ns_dtype = c10::ScalarType::Float;
-    } else if (*dtype == "bf16") {
-      optimizer.ns_dtype = c10::ScalarType::BFloat16;
-    } else {
-      params.invalid("ns_dtype", *params.raw("ns_dtype"),
-                     "\"fp32\" or \"bf16\" (fp16 is not supported)");
-    }
+  if (const auto dtype = params.get_choice("ns_dtype", {"fp32", "bf16"},
+                                           "\"fp32\" or \"bf16\" (fp16 is not supported)")) {
+    optimizer.ns_dtype = *dtype == 0 ? c10::ScalarType::Float : c10::ScalarType::BFloat16;
   }
   for (const DefaultOnlyKey& spec : config_detail::muon_params_default_only()) {
     check_default_only(params, spec, notes);
@@ -358,7 +343,7 @@ void parse_optimizer(const ObjectView& top, Config& config) {
   if (!type_json->is_string()) {
     optimizer.invalid("type", *type_json, "a string: " + std::string(kAllowedTypes));
   }
-  const std::string type = lower(type_json->get<std::string>());
+  const std::string type = lower_ascii(type_json->get<std::string>());
   static const std::vector<std::string> kNotYet = {"muadam", "muadamw", "musgd"};
   static const std::vector<std::string> kOneBit = {"onebitadam", "zerooneadam", "onebitlamb"};
   if (std::find(kOneBit.begin(), kOneBit.end(), type) != kOneBit.end()) {
@@ -508,7 +493,7 @@ bool parse_precision(const ObjectView& top, Config& config) {
   config.communication_dtype = config.param_dtype;
   if (std::optional<std::string> name =
           top.get_optional_string("communication_data_type", expected)) {
-    const std::string value = lower(*name);
+    const std::string value = lower_ascii(*name);
     if (value == "fp32") {
       config.communication_dtype = c10::ScalarType::Float;
     } else if (value == "fp16") {
@@ -525,7 +510,7 @@ bool parse_precision(const ObjectView& top, Config& config) {
 }
 
 c10::ScalarType parse_dtype_name(const std::string& name) {
-  const std::string value = lower(name);
+  const std::string value = lower_ascii(name);
   if (value == "fp32") return c10::ScalarType::Float;
   if (value == "fp16") return c10::ScalarType::Half;
   return c10::ScalarType::BFloat16;  // the caller accepts only the three names
@@ -542,7 +527,7 @@ void parse_compute_dtype(const ObjectView& top, Config& config, bool communicati
   const Json* raw = top.raw(key);
   if (raw == nullptr || raw->is_null()) return;
   if (!raw->is_string()) top.invalid(key, *raw, expected);
-  const std::string value = lower(raw->get<std::string>());
+  const std::string value = lower_ascii(raw->get<std::string>());
   const int stage = config.zero_optimization.stage;
   const std::string param_name = dtype_name(config.param_dtype);
   const std::string param_key = config.param_dtype == c10::ScalarType::Half ? "fp16.enabled"
@@ -724,7 +709,7 @@ void parse_offload(const ObjectView& zero_view, int stage, OffloadSection which,
       section.not_supported("ratio", *ratio, "only 1.0 (offload all of it) is accepted");
     }
   }
-  const std::string name = device ? lower(*device) : "none";
+  const std::string name = device ? lower_ascii(*device) : "none";
   if (name == "none") return;
   if (name != "cpu" && name != "nvme") section.invalid("device", *section.raw("device"), devices);
   const int min_stage = optimizer ? 1 : 3;
@@ -1018,7 +1003,7 @@ void parse_data_types(const ObjectView& top, Config& config) {
   const char* expected = "\"fp32\", \"fp16\", \"bf16\" (or DeepSpeed's other names of them), or null";
   const std::optional<std::string> name = section.get_optional_string("grad_accum_dtype", expected);
   if (!name) return;
-  const std::string value = lower(*name);
+  const std::string value = lower_ascii(*name);
   c10::ScalarType dtype = c10::ScalarType::Float;
   if (value == "fp32" || value == "float32" || value == "float") {
     dtype = c10::ScalarType::Float;
@@ -1142,15 +1127,9 @@ void parse_scheduler(const ObjectView& top, Config& config) {
   const SchedulerConfig defaults;
   result.warmup_num_steps = params.get_integer("warmup_num_steps", defaults.warmup_num_steps, 1, kInt64Max,
                                                "an integer >= 1 (DeepSpeed uses at least 2)");
-  if (std::optional<std::string> warmup_type =
-          params.get_optional_string("warmup_type", "\"log\" or \"linear\"")) {
-    if (*warmup_type == "log") {
-      result.warmup_type = WarmupType::kLog;
-    } else if (*warmup_type == "linear") {
-      result.warmup_type = WarmupType::kLinear;
-    } else {
-      params.invalid("warmup_type", *params.raw("warmup_type"), "\"log\" or \"linear\"");
-    }
+  if (const auto warmup_type =
+          params.get_choice("warmup_type", {"log", "linear"}, "\"log\" or \"linear\"")) {
+    result.warmup_type = *warmup_type == 0 ? WarmupType::kLog : WarmupType::kLinear;
   } else if (const Json* raw = params.raw("warmup_type"); raw != nullptr && raw->is_null()) {
     params.invalid("warmup_type", *raw, "\"log\" or \"linear\"");
   }

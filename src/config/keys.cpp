@@ -4,6 +4,7 @@
 #include <cctype>
 #include <utility>
 
+#include "common/text.h"
 #include "zero/error.h"
 
 namespace zero::config_detail {
@@ -30,11 +31,6 @@ const char* const kZeroPPNote =
     "zero_quantized_gradients; quantized frozen weights and LoCo error feedback are not "
     "implemented";
 
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
-
 bool numbers_equal(const Json& a, const Json& b) {
   const std::optional<int64_t> ia = json_to_integer(a), ib = json_to_integer(b);
   if (ia && ib) return *ia == *ib;
@@ -47,7 +43,7 @@ bool scalar_matches(const Json& given, const Json& expected) {
   if (is_auto(given)) return true;
   if (given.is_number() && expected.is_number()) return numbers_equal(given, expected);
   if (given.is_string() && expected.is_string()) {
-    return lower(given.get<std::string>()) == lower(expected.get<std::string>());
+    return lower_ascii(given.get<std::string>()) == lower_ascii(expected.get<std::string>());
   }
   return given == expected;
 }

@@ -9,17 +9,13 @@
 #include <utility>
 
 #include "common/bounded_input.h"
+#include "common/text.h"
 #include "config/keys.h"
 #include "zero/error.h"
 
 namespace zero::config_detail {
 
 namespace {
-
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
 
 const char* type_name(const Json& value) {
   switch (value.type()) {
@@ -90,11 +86,11 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
-  const std::string needle = lower(word);
+  const std::string needle = lower_ascii(word);
   std::string best;
   size_t best_distance = std::numeric_limits<size_t>::max();
   for (const std::string& candidate : candidates) {
-    const size_t distance = edit_distance(needle, lower(candidate));
+    const size_t distance = edit_distance(needle, lower_ascii(candidate));
     if (distance < best_distance) {
       best_distance = distance;
       best = candidate;
@@ -356,6 +352,16 @@ std::optional<std::string> ObjectView::get_optional_string(const std::string& ke
   if (value == nullptr || value->is_null()) return std::nullopt;
   if (!value->is_string()) invalid(key, *value, expected);
   return value->get<std::string>();
+}
+
+std::optional<size_t> ObjectView::get_choice(const std::string& key,
+                                             const std::vector<std::string>& choices,
+                                             const char* expected) const {
+  const std::optional<std::string> value = get_optional_string(key, expected);
+  if (!value) return std::nullopt;
+  const auto it = std::find(choices.begin(), choices.end(), *value);
+  if (it == choices.end()) invalid(key, *raw(key), expected);
+  return static_cast<size_t>(it - choices.begin());
 }
 
 void ObjectView::invalid(const std::string& key, const Json& value,

@@ -89,6 +89,10 @@ class ObjectView {
   /// A string; absent / null / "auto" give nullopt.
   std::optional<std::string> get_optional_string(const std::string& key,
                                                  const char* expected) const;
+  /// One of `choices` (exact strings): its index; absent / null / "auto" give nullopt; any
+  /// other value is invalid, with `expected` in the message.
+  std::optional<size_t> get_choice(const std::string& key, const std::vector<std::string>& choices,
+                                   const char* expected) const;
 
   /// "<source>: <path.key> = <value> is invalid; expected <expected>".
   [[noreturn]] void invalid(const std::string& key, const Json& value,

@@ -466,23 +466,9 @@ void EngineCore::add_muon_collectives(StepCollectives& exchange) {
   exchange.world = world_;
   exchange.mode = env::muon_exchange_every_holder() ? MuonExchangeMode::kEveryHolder
                                                     : MuonExchangeMode::kOwner;
+  // Once, at the first step: a few bytes per matrix piece, not counted in the engine's bytes.
   exchange.gather_varying = [this](const at::Tensor& local) {
-    const at::Tensor count = at::full({1}, local.numel(), at::kLong);
-    const at::Tensor counts = at::empty({world_}, at::kLong);
-    counted(comm_->all_gather(count, counts))->wait();
-    const std::vector<int64_t> sizes(counts.data_ptr<int64_t>(),
-                                     counts.data_ptr<int64_t>() + world_);
-    int64_t total = 0;
-    for (int64_t n : sizes) total += n;
-    const at::Tensor all = at::empty({total}, at::kLong);
-    if (total > 0) counted(comm_->all_gather(local, all, sizes))->wait();
-    std::vector<at::Tensor> per_rank;
-    int64_t at = 0;
-    for (int64_t n : sizes) {
-      per_rank.push_back(all.narrow(0, at, n));
-      at += n;
-    }
-    return per_rank;
+    return all_gather_varying(*comm_, local);
   };
   exchange.all_to_all = [this](const at::Tensor& input, const at::Tensor& output) {
     CollectiveOptions labelled;

@@ -190,8 +190,8 @@ std::string human(int64_t bytes) { return byte_size_text(bytes); }
 // directions) and Newton-Schulz's working set (the largest matrix's gathered copy, two
 // copies of it and five of its short side squared). The holdings are laid out as the engines
 // lay them out (Note [Flat buffers]: reverse registration order at stages 1-2; Note [Stage 3
-// units]: per unit group);
-// the exchange is plan_muon_exchange's. 0 when the model gives no shapes.
+// units]: per unit group), and the exchange is plan_muon_exchange's. 0 when the model gives
+// no shapes.
 int64_t muon_step_bytes(const PlanModel& model, const Config& config, int world,
                         const Groups& groups, int64_t shard_numel, std::string* basis) {
   const int stage = config.zero_optimization.stage;

@@ -13,6 +13,7 @@
 
 #include "common/exact_squares.h"
 #include "common/parallel.h"
+#include "common/text.h"
 #include "optim/element_types.h"
 #include "zero/error.h"
 
@@ -45,11 +46,6 @@ constexpr double kMovedElementWork = 64.0;
 // The Gram iteration's restart (DeepSpeed's restart_at): X = Q X and R = X X^T afresh, which
 // keeps a 16-bit iteration stable.
 constexpr int kGramRestart = 2;
-
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
 
 // "h.3.attn.c_attn.weight" -> "h.*.attn.c_attn.weight": a layer number folded.
 std::string fold_layer_numbers(const std::string& name) {
@@ -104,9 +100,7 @@ double exact_norm(const at::Tensor& x) {
     }
   });
   ExactSquares total;
-  for (const ExactSquares& p : partial) {
-    for (int k = 0; k < ExactSquares::kWords; ++k) total.words[k] += p.words[k];
-  }
+  for (const ExactSquares& p : partial) total.merge(p);
   return std::sqrt(total.value());
 }
 
@@ -161,7 +155,7 @@ MuonMatrix muon_matrix_of(const std::string& name, const std::vector<int64_t>& s
   int64_t cols = 1;
   for (size_t d = 1; d < shape.size(); ++d) cols *= shape[d];
   if (shape[0] == 0 || cols == 0) return {};
-  const std::string folded = lower(name);
+  const std::string folded = lower_ascii(name);
   for (const char* keyword : {"embed", "lm_head", "wte", "wpe"}) {
     if (folded.find(keyword) != std::string::npos) return {};
   }

@@ -176,6 +176,13 @@ void for_each_piece(const std::vector<StateSegment>& segments, int64_t begin, in
   if (at < end) fn(at, end, -1);
 }
 
+// `segments` in offset order (what for_each_piece walks).
+std::vector<StateSegment> by_offset(std::vector<StateSegment> segments) {
+  std::sort(segments.begin(), segments.end(),
+            [](const StateSegment& a, const StateSegment& b) { return a.offset < b.offset; });
+  return segments;
+}
+
 // The update pass LAMB's and Muon's steps end with: over every tile, the master weights, the
 // state parts and the 16-bit parameter copy (undefined with fp32 parameters, which are the
 // master), each cut into the pieces of `loaded` (padding as param -1), for
@@ -213,11 +220,6 @@ void ShardState::step_lamb(double grad_multiplier, double lr, const at::Tensor& 
   // Pass 1: the moments, and the squares of the elements this rank saves (each element of the
   // model once over the ranks), per parameter.
   std::vector<ExactSquares> weights(parameters), updates(parameters);
-  auto by_offset = [](std::vector<StateSegment> segments) {
-    std::sort(segments.begin(), segments.end(),
-              [](const StateSegment& a, const StateSegment& b) { return a.offset < b.offset; });
-    return segments;
-  };
   const std::vector<StateSegment> saved = by_offset(saved_), loaded = by_offset(loaded_);
   {
     // fp32 parameters are the master weights: read, not written, in this pass.
@@ -269,13 +271,6 @@ void ShardState::step_lamb(double grad_multiplier, double lr, const at::Tensor& 
                   });
 }
 
-std::vector<StateSegment> ShardState::loaded_by_offset() const {
-  std::vector<StateSegment> segments = loaded_;
-  std::sort(segments.begin(), segments.end(),
-            [](const StateSegment& a, const StateSegment& b) { return a.offset < b.offset; });
-  return segments;
-}
-
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -305,7 +300,7 @@ void ShardState::step_muon(double grad_multiplier, double lr, const at::Tensor& 
   const OptimizerConfig& config = optimizer_.config();
   const bool fp32 = !master_in_store();
   const int first_moment = fp32 ? 0 : 1;
-  const std::vector<StateSegment> loaded = loaded_by_offset();
+  const std::vector<StateSegment> loaded = by_offset(loaded_);
   const auto is_muon = [&](int param) {
     return param >= 0 && exchange.matrices.at(static_cast<size_t>(param)).muon();
   };

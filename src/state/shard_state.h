@@ -152,8 +152,7 @@ class ShardState {
   // Muon's two passes around the exchange (Note [Muon under partitioning]).
   void step_muon(double grad_multiplier, double lr, const at::Tensor& grad,
                  const StepCollectives& exchange);
-  // The loaded segments in offset order, and Muon's plan (made at its first step).
-  std::vector<StateSegment> loaded_by_offset() const;
+  // Muon's plan (made at its first step).
   std::optional<MuonExchangePlan> muon_plan_;
   MuonExchangeStats muon_stats_;
 
