@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
     std::printf("bench_cuda model=%s params=%.1fM batch=%lld seq=%lld bf16_gemm_peak_tflops=%.1f\n",
                 o.model.c_str(), n_params / 1e6, static_cast<long long>(o.batch),
                 static_cast<long long>(o.seq), peak / 1e12);
-    const at::Device gpu(at::kCUDA, 0);
+    // This rank's GPU (its local rank's), as zero-train takes it.
+    const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(zero::default_cuda_device()));
     const at::Tensor data =
         at::randint(0, shape.vocab_size, {o.batch, o.seq + 1}, at::TensorOptions().dtype(at::kLong))
             .to(gpu);

@@ -1,11 +1,14 @@
 // Note [Fused element-wise kernels]: each fused kernel against the ATen composition it replaces
 // (forward + backward through autograd, at GPT-2's shapes), and GPT-2's forward + backward with
 // the kernels fused and unfused, per dtype. Variants interleaved round by round (the shared
-// machine's drift hits each alike); medians.
+// machine's drift hits each alike); medians. --device cuda: the same on this process's GPU
+// (Note [Fused element-wise kernels on a GPU]; built where zero_cuda is), each run timed
+// between device synchronisations (scripts/gpu-check.sh tier 1).
 //
 //   bench_fused_kernels [--model gpt2-mini] [--batch 2] [--seq 256] [--rounds 15] [--threads 1]
-//                       [--dtypes fp32,bf16,fp16]
+//                       [--dtypes fp32,bf16,fp16] [--device cpu|cuda]
 #include <ATen/ATen.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -20,9 +23,14 @@
 #include <vector>
 
 #include "kernels/fused_ops.h"
+#include "zero/comm_nccl.h"
 #include "zero/gemm_rates.h"
 #include "zero/gpt2.h"
 #include "zero/memory.h"
+
+#ifdef ZERO_BENCH_WITH_CUDA
+#include "cuda/fused_kernels_cuda.h"
+#endif
 
 namespace {
 
@@ -50,13 +58,32 @@ int main(int argc, char** argv) {
   std::string model = "gpt2-mini", dtype_list = "fp32,bf16,fp16";
   int64_t batch = 2, seq = 256;
   int rounds = 15, threads = 1;
+  std::string device_name = "cpu";
   app.add_option("--model", model);
   app.add_option("--batch", batch);
   app.add_option("--seq", seq);
   app.add_option("--rounds", rounds);
   app.add_option("--threads", threads);
   app.add_option("--dtypes", dtype_list);
+  app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
+  const bool on_gpu = device_name == "cuda";
+  at::Device device(at::kCPU);
+  if (on_gpu) {
+#ifdef ZERO_BENCH_WITH_CUDA
+    // Linked statically: the kernels registered by hand (zero::cuda_support would load the
+    // shared libraries, a second copy of zero).
+    zero::kernels::register_cuda_kernels(&zero::cuda_fused_kernels());
+    if (!torch::cuda::is_available()) {
+      std::fprintf(stderr, "--device cuda: no CUDA device\n");
+      return 2;
+    }
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(zero::default_cuda_device()));
+#else
+    std::fprintf(stderr, "--device cuda: this build has no zero_cuda (ZERO_CUDA)\n");
+    return 2;
+#endif
+  }
   at::set_num_threads(threads);
   zero::keep_freed_host_memory();
   const auto config = zero::gpt2::GPT2Config::preset(model);
@@ -75,7 +102,7 @@ int main(int argc, char** argv) {
     const at::ScalarType dtype = dtypes.at(name);
     auto generator = at::make_generator<at::CPUGeneratorImpl>(1);
     auto make = [&](std::vector<int64_t> shape) {
-      return at::randn(shape, generator).to(dtype).requires_grad_(true);
+      return at::randn(shape, generator).to(dtype).to(device).requires_grad_(true);
     };
     const at::Tensor u = make({rows, 4 * C}), fc_bias = make({4 * C}), g = make({rows, 4 * C});
     cases.push_back({"bias + GELU [" + std::to_string(rows) + ", " + std::to_string(4 * C) +
@@ -95,9 +122,9 @@ int main(int argc, char** argv) {
                      {}, {}});
     torch::manual_seed(0);
     auto m = std::make_shared<zero::gpt2::GPT2Impl>(config);
-    m->to(dtype);
+    m->to(device, dtype);
     models.push_back(m);
-    auto tokens = at::randint(0, config.vocab_size, {batch, seq + 1}, generator);
+    auto tokens = at::randint(0, config.vocab_size, {batch, seq + 1}, generator).to(device);
     const at::Tensor ids = tokens.narrow(1, 0, seq).contiguous();
     const at::Tensor targets = tokens.narrow(1, 1, seq).contiguous();
     cases.push_back({model + " forward + backward " + name,
@@ -111,16 +138,24 @@ int main(int argc, char** argv) {
     for (auto& c : cases) {
       for (const bool on : {true, false}) {
         zero::fused::set_enabled(on);
-        const double ms = time_ms([&] { c.run(on); });
+        if (on_gpu) torch::cuda::synchronize();
+        const double ms = time_ms([&] {
+          c.run(on);
+          if (on_gpu) torch::cuda::synchronize();
+        });
         if (round > 0) (on ? c.fused_ms : c.composed_ms).push_back(ms);
       }
     }
   }
-  const auto& rates = zero::measured_gemm_rates();
-  std::string flags;
-  for (const auto& f : rates.isa_flags()) flags += " " + f;
-  std::printf("%d thread(s), median of %d rounds; %s;%s\n\n", threads, rounds,
-              rates.cpu_model().c_str(), flags.c_str());
+  if (on_gpu) {
+    std::printf("%s, median of %d rounds\n\n", device.str().c_str(), rounds);
+  } else {
+    const auto& rates = zero::measured_gemm_rates();
+    std::string flags;
+    for (const auto& f : rates.isa_flags()) flags += " " + f;
+    std::printf("%d thread(s), median of %d rounds; %s;%s\n\n", threads, rounds,
+                rates.cpu_model().c_str(), flags.c_str());
+  }
   std::printf("| forward + backward | ATen's composition ms | fused ms | saved |\n|---|---|---|---|\n");
   for (const auto& c : cases) {
     const double composed = median(c.composed_ms), fused = median(c.fused_ms);

@@ -65,6 +65,9 @@ double gib(double bytes) { return bytes / (1 << 30); }
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Linked to zero_cuda statically: its entry point (which registers the fused CUDA kernels)
+  // before anything looks for them, rather than cuda_support()'s dlopen of the shared library.
+  (void)zero_cuda_support_v1();
   Options o;
   CLI::App app{"ZeRO-Offload of a large GPT-2 on one CUDA GPU"};
   app.add_option("--model", o.model, "GPT-2 preset or shape L<layers>-C<width>[-H<heads>]");
@@ -135,7 +138,6 @@ int main(int argc, char** argv) {
     }
     auto engine = zero::initialize(model, config, comm);
     std::printf("bench_offload_cuda built_s=%.1f\n", seconds_since(built));
-    // Linked to zero_cuda (statically): its entry point directly, not cuda_support()'s dlopen.
     const zero::CudaSupport& cuda = *zero_cuda_support_v1();
     cuda.reset_memory_peaks(gpu.index());
 

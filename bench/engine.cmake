@@ -27,6 +27,10 @@ target_compile_options(bench_fp16_step PRIVATE ${ZERO_WARNINGS})
 # Note [Fused element-wise kernels]: each kernel and GPT-2's step, fused against unfused.
 add_executable(bench_fused_kernels ${CMAKE_CURRENT_LIST_DIR}/bench_fused_kernels.cpp)
 target_link_libraries(bench_fused_kernels PRIVATE zero_gpt2_internal CLI11::CLI11)
+if(TARGET zero_cuda)  # --device cuda: the GPU's kernels (scripts/gpu-check.sh tier 1)
+  target_link_libraries(bench_fused_kernels PRIVATE zero_cuda_internal zero::torch_cuda)
+  target_compile_definitions(bench_fused_kernels PRIVATE ZERO_BENCH_WITH_CUDA)
+endif()
 target_compile_options(bench_fused_kernels PRIVATE ${ZERO_WARNINGS})
 # Note [Muon under partitioning]: the owner exchange against every holder (bench/muon_exchange.sh).
 add_executable(bench_muon_exchange ${CMAKE_CURRENT_LIST_DIR}/bench_muon_exchange.cpp)

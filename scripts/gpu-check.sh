@@ -10,7 +10,8 @@
 #     tier 1 (default): correctness and speed: every CUDA test; stages 0/2/3 tokens/s and MFU
 #       for gpt2 124M (bf16, 16 x 1024) with a per-kernel profile of a step; zero-train on the
 #       GPU and the KV-cache check on its checkpoint; torch.compile's baseline, its compile
-#       time bounded; the fused CUDA kernels against ATen (none yet: reported as skipped).
+#       time bounded; the fused CUDA kernels against the CPU kernels and ATen's composition,
+#       in results and in time.
 #     tier 2: size: the largest GPT-2 that ZeRO-Offload trains in the time left (its host
 #       memory checked first; 6.65B, L32-C4096, when it fits), with the step-time split.
 #     --dry-run: each tier's steps and time budgets, and what the machine lacks; runs nothing.
@@ -58,11 +59,11 @@ tier1_steps=(
   "test_cuda_linkage:15:step_linkage"
   "test_cuda, 1 rank:45:step_test_cuda_1"
   "test_cuda, 2 ranks:45:step_test_cuda_2"
+  "fused CUDA kernels against the CPU's and ATen's:30:step_fused_kernels"
   "bench_cuda stage 0 (gpt2 124M, bf16, 16 x 1024, profile):40:step_bench_0"
   "bench_cuda stage 2:30:step_bench_2"
   "bench_cuda stage 3:30:step_bench_3"
   "zero-train --device cuda and the KV-cache check:40:step_train_generate"
-  "fused CUDA kernels against ATen:10:step_fused_kernels"
   "torch.compile baseline (compile time bounded):90:step_compile_baseline"
 )
 tier2_steps=(
@@ -229,7 +230,8 @@ step_build() {
   fi
   local targets=(zero-train)
   if [ "$tier" = 1 ]; then
-    targets+=(test_cuda_linkage test_cuda zero-generate bench_cuda)
+    targets+=(test_cuda_linkage test_cuda test_cuda_kernels zero-generate bench_cuda
+              bench_fused_kernels)
   else
     targets+=(bench_offload_cuda)
   fi
@@ -299,7 +301,20 @@ step_train_generate() {
     { tail -5 "$BUILD_DIR/generate.err" | tee -a "$figures"; return 1; }
   grep -E "tokens/s|KV-cache check" "$BUILD_DIR/generate.err" | tee -a "$figures"
 }
-step_fused_kernels() { skip "no fused CUDA kernels yet (issue 41: written with CPU references first)"; }
+# Note [Fused element-wise kernels on a GPU]: the kernels against the CPU's (their reference)
+# and through autograd against ATen's composition (test_cuda_kernels), then each against the
+# composition it replaces in time, and GPT-2's forward + backward fused and composed.
+step_fused_kernels() {
+  need_gpu || return
+  run_test test_cuda_kernels 1 || return
+  local left=$((step_seconds - $(elapsed) + step_began))
+  [ "$left" -gt 0 ] || return 124
+  timeout "$left" "$BUILD_DIR/bench/bench_fused_kernels" \
+    --device cuda --model gpt2 --batch 8 --seq 1024 --rounds 5 --dtypes bf16,fp32 \
+    >"$BUILD_DIR/bench_fused_kernels.log" 2>&1 ||
+    { tail -10 "$BUILD_DIR/bench_fused_kernels.log" | tee -a "$figures"; return 1; }
+  grep -E "^\||median" "$BUILD_DIR/bench_fused_kernels.log" | tee -a "$figures"
+}
 step_compile_baseline() {
   need_gpu || return
   timeout "$step_seconds" "$PYTHON" bench/pytorch_nanogpt_compile.py --runs eager,compile_padded \

@@ -3,9 +3,10 @@
 # (zero, zero_gpt2 and, with CUDA, zero_cuda) and its programs with GCC against the OLDEST
 # libtorch zero supports, and links them with --no-undefined and --as-needed, so that a use of
 # an API the oldest version lacks fails CI here instead of a build on a GPU machine that has
-# that torch. With CUDA, every CUDA-bearing target too: test_cuda and test_cuda_linkage, the
-# CUDA benchmarks (bench_cuda, bench_offload_cuda) and the programs that train on a GPU
-# (zero-train, zero-generate); the suite's own build compiles the same against the newest.
+# that torch. With CUDA, every CUDA-bearing target too: test_cuda, test_cuda_linkage and
+# test_cuda_kernels, the CUDA benchmarks (bench_cuda, bench_offload_cuda, bench_fused_kernels
+# with its --device cuda; the kernels of src/cuda/kernels by nvcc) and the programs that train
+# on a GPU (zero-train, zero-generate); the suite's own build compiles the same against the newest.
 # Programs link with --allow-shlib-undefined: libtorch_cuda's own CUDA dependencies (cuSPARSELt,
 # NVSHMEM, ...) come in wheels of their own that are not fetched; every symbol of zero's is
 # still resolved (the libraries link with --no-undefined). The suite itself
@@ -56,7 +57,8 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_D
   >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; rm -rf "$BUILD_DIR"; exit 1; }
 targets=(zero zero_gpt2 zero-train zero-generate)
 if grep -q "zero: CUDA support TRUE" "$BUILD_DIR.configure.log"; then
-  targets+=(zero_cuda test_cuda test_cuda_linkage bench_cuda bench_offload_cuda)
+  targets+=(zero_cuda test_cuda test_cuda_linkage test_cuda_kernels bench_cuda bench_offload_cuda
+            bench_fused_kernels)
 fi
 echo "== torch-compat: building ${targets[*]} against torch $OLDEST ($BUILD_DIR)"
 cmake --build "$BUILD_DIR" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" \

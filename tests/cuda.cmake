@@ -7,6 +7,12 @@ if(TARGET zero_cuda)
                 LIBS zero_engine_harness_internal zero_cuda_internal zero::torch_cuda TIMEOUT 900
                 LABELS gpu)
 endif()
+# Note [Fused element-wise kernels on a GPU]: the CUDA kernels against the CPU kernels. Their
+# registration and the column partials' plan run anywhere; the comparisons need a GPU.
+if(TARGET zero_cuda)
+  zero_add_test(NAME test_cuda_kernels SOURCES test_cuda_kernels.cpp INTERNAL
+                LIBS zero_cuda_internal zero::torch_cuda LABELS gpu)
+endif()
 # A program linking the shared zero_cuda alone (no libtorch CUDA library on its own link line)
 # has libtorch's CUDA kernels registered: runs without a GPU, so CI checks the linkage.
 if(TARGET zero_cuda)

@@ -14,6 +14,9 @@ zero_add_test(NAME test_engine_equivalence SOURCES test_engine_equivalence.cpp
               LIBS zero_engine_harness RANKS 1 2 3 4 TIMEOUT 900)
 zero_add_test(NAME test_engine SOURCES test_engine.cpp LIBS zero_engine_harness RANKS 1 2 3
               TIMEOUT 600)
+# Note [A step without a device read]: the GPU's tensor multiplier on CPU ranks (white-box).
+zero_add_test(NAME test_step_multiplier SOURCES test_step_multiplier.cpp INTERNAL
+              LIBS zero_engine_harness_internal RANKS 1 3)
 zero_add_test(NAME test_stage3 SOURCES test_stage3.cpp LIBS zero_engine_harness RANKS 1 2 3 4
               TIMEOUT 600)
 # Note [Compute dtype]: twice, acting as a CPU with slow and with fast 16-bit GEMMs

@@ -147,6 +147,7 @@ RunResult run_engine(const ModelSpec& spec, const RunOptions& options,
   result.model->to(device);
   const Config config = parse_config(make_config_json(options), comm->size(), "test config");
   result.engine = initialize(result.model, config, comm);
+  if (options.on_engine) options.on_engine(*result.engine);
   Engine& engine = *result.engine;
   const int world = comm->size();
   const int64_t mbs = options.micro_batch;

@@ -59,6 +59,8 @@ struct RunOptions {
   bool fixed_batch = false;         // every step trains on step 0's batch (to see learning)
   int fp16_hysteresis = 0;          // fp16.hysteresis when > 0 (else DeepSpeed's default, 2)
   std::string device = "cpu";       // where the model and its batches are, e.g. "cuda:0"
+  // Called with the engine as soon as it is made (white-box tests reach internals through it).
+  std::function<void(Engine&)> on_engine;
 };
 
 std::string make_config_json(const RunOptions& options);

@@ -518,7 +518,8 @@ TEST(AdamLoop, ParallelUpdateMatchesOneRange) {
 // CPU tensors, for which ATen has the same fused kernels: every optimizer, with and without
 // weight decay and bias correction, fp32 and bf16 gradients, a bf16 copy, a multiplier, over
 // several steps, agrees with ShardOptimizer's loop to rounding (relative 1e-5 of each
-// tensor's largest value; the fused kernels contract multiply-adds the loop does not).
+// tensor's largest value; the fused kernels contract multiply-adds the loop does not); the
+// multiplier as a tensor (Note [A step without a device read]) gives the host value's bits.
 TEST(DeviceUpdate, FusedKernelsMatchTheLoopToRounding) {
   constexpr int64_t kN = 4099;
   struct Variant {
@@ -557,9 +558,13 @@ TEST(DeviceUpdate, FusedKernelsMatchTheLoopToRounding) {
         return out;
       };
       at::Tensor loop_master = master0.clone(), fused_master = master0.clone();
+      at::Tensor tensor_master = master0.clone();
       std::vector<at::Tensor> loop_moments = fresh(), fused_moments = fresh();
+      std::vector<at::Tensor> tensor_moments = fresh();
       at::Tensor loop_copy = at::empty({kN}, at::kBFloat16);
       at::Tensor fused_copy = at::empty({kN}, at::kBFloat16);
+      at::Tensor tensor_copy = at::empty({kN}, at::kBFloat16);
+      const GradMultiplier on_tensor(at::full({1}, 0.37, at::kDouble));
       for (int64_t step = 1; step <= 4; ++step) {
         const at::Tensor grad = (at::randn({kN}) * 0.01).to(grad_type);
         const at::Tensor before = grad.clone();
@@ -567,6 +572,8 @@ TEST(DeviceUpdate, FusedKernelsMatchTheLoopToRounding) {
         loop.update(loop_master, grad, loop_copy, loop_moments, 0.37, config.lr);
         fused_device_update(config, step, fused_master, grad, fused_copy, fused_moments, 0.37,
                             config.lr);
+        fused_device_update(config, step, tensor_master, grad, tensor_copy, tensor_moments,
+                            on_tensor, config.lr);
         EXPECT_TRUE(at::equal(grad, before)) << "the gradient was modified";
       }
       auto close = [](const at::Tensor& a, const at::Tensor& b) {
@@ -576,6 +583,11 @@ TEST(DeviceUpdate, FusedKernelsMatchTheLoopToRounding) {
       EXPECT_TRUE(close(fused_master, loop_master));
       for (size_t k = 0; k < moments; ++k) EXPECT_TRUE(close(fused_moments[k], loop_moments[k]));
       EXPECT_TRUE(at::equal(fused_copy, fused_master.to(at::kBFloat16)));
+      EXPECT_TRUE(at::equal(tensor_master, fused_master));
+      for (size_t k = 0; k < moments; ++k) {
+        EXPECT_TRUE(at::equal(tensor_moments[k], fused_moments[k]));
+      }
+      EXPECT_TRUE(at::equal(tensor_copy, fused_copy));
     }
   }
 }

@@ -36,8 +36,8 @@ ZERO_INTERNAL_API int64_t ranks_per_node_override();
 ZERO_INTERNAL_API bool hierarchical_collectives();
 
 /// ZERO_FUSED_KERNELS: "0" runs a transformer block's element-wise work as ATen's separate
-/// operations; "1" or unset: the fused CPU kernels (Note [Fused element-wise kernels],
-/// src/kernels/fused_kernels.h).
+/// operations; "1" or unset: the fused kernels, the CPU's (Note [Fused element-wise kernels],
+/// src/kernels/fused_kernels.h) and a GPU's (Note [Fused element-wise kernels on a GPU]).
 ZERO_INTERNAL_API bool fused_kernels();
 
 /// ZERO_SWAP_CHECKSUMS: "0" writes and reads swap records without their CRC-32C (Note [Swap

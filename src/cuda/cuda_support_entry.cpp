@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "cuda/fused_kernels_cuda.h"
 #include "zero/comm_nccl.h"
 #include "zero/cuda_support.h"
 #include "zero/error.h"
@@ -43,6 +44,9 @@ void reset_cuda_memory_peaks(int device) {
 
 const zero::CudaSupport* zero_cuda_support_v1() {
   static const zero::CudaSupport support = [] {
+    // The fused kernels too (also registered when the library loads; this reference keeps
+    // their object in programs that link libzero_cuda statically and call the entry).
+    zero::kernels::register_cuda_kernels(&zero::cuda_fused_kernels());
     zero::CudaSupport s;
     s.make_nccl_communicator = &zero::make_nccl_communicator;
     s.cuda_device_count = &zero::cuda_device_count;

@@ -9,6 +9,20 @@
 // (gradient_divisor): the same average, summed in a smaller range (fp16's reason for it). The
 // global norm is computed from the owned, summed gradients (fp64 squares, padding excluded,
 // summed over ranks by a deterministic all-reduce), so every stage computes it identically.
+//
+// Note [A step without a device read]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Read on the host, the global norm stops the host at every step until the GPU has finished
+// backward: the optimizer's kernels and the next forward's wait to be launched behind that
+// read, and a CUDA graph cannot hold the step at all. So the norm, the clip coefficient and
+// the multiplier are fp64 tensor operations, one implementation wherever they run: on the
+// device where nothing on the host needs them (the fused device update then multiplies by
+// the tensor, optim/device_update.h), else on a host copy of the sum, read once. The host
+// needs it in three kinds of step: fp16 (the loss scaler must know of an overflow before the
+// step: skipped steps and scale changes are host decisions), a device model's optimizer
+// offloaded to the host (the CPU loops take a host value; the transfer synchronises anyway),
+// and LAMB and Muon (host-side passes); on CPU ranks the host is the device. The norm itself
+// is read only when asked for (global_grad_norm()) or when the monitor reports it.
 #include "engine/engine_core.h"
 
 #include "offload/async_io.h"
@@ -142,7 +156,7 @@ void EngineCore::finish_load(const TrainingCounters& c) {
   state_->set_optimizer_steps(c.optimizer_steps);
   lr_ = c.lr;
   scaler_.restore(c.scaler);
-  global_grad_norm_ = -1.0;
+  grad_norm_ = at::Tensor();
   window_ = BoundaryRecord{};
   reload_parameters();
 }
@@ -404,15 +418,17 @@ void EngineCore::finish_offloaded_backward(bool failed) {
   overlapped_.done = true;
 }
 
-void EngineCore::step_shard_state(double grad_multiplier, const at::Tensor& lent) {
+void EngineCore::step_shard_state(const GradMultiplier& grad_multiplier, const at::Tensor& lent) {
   if (overlapped_.done) {
     // Stepped during backward with the same multiplier and rate (Note [Offload of a device
     // model]); only the device's ordering after the last parameters sent up is left.
     overlapped_.done = false;
     ++overlapped_steps_;
-    ZERO_INTERNAL_ASSERT(grad_multiplier == overlapped_.grad_multiplier && lr_ == overlapped_.lr,
-                         "overlapped step with multiplier ", overlapped_.grad_multiplier, " and lr ",
-                         overlapped_.lr, ", the boundary's ", grad_multiplier, " and ", lr_);
+    // Offloaded: the multiplier is a host value (multiplier_stays_on_device).
+    ZERO_INTERNAL_ASSERT(
+        grad_multiplier.value() == overlapped_.grad_multiplier && lr_ == overlapped_.lr,
+        "overlapped step with multiplier ", overlapped_.grad_multiplier, " and lr ",
+        overlapped_.lr, ", the boundary's ", grad_multiplier.value(), " and ", lr_);
     state_->params().order_device_after_publish();
     return;
   }
@@ -600,9 +616,23 @@ void EngineCore::step() {
   window_.global_samples = window_.global_steps * config_.train_batch_size;
   window_.lr = lr_;
   window_.loss_scale = scaler_.scale();
-  window_.grad_norm = global_grad_norm_;
+  // Read from the device only for a report (Note [A step without a device read]).
+  window_.grad_norm = monitor_->reporting() ? global_grad_norm() : -1.0;
   monitor_->record(window_);
   window_ = BoundaryRecord{};
+}
+
+double EngineCore::global_grad_norm() const {
+  return grad_norm_.defined() ? grad_norm_.item<double>() : -1.0;
+}
+
+bool EngineCore::multiplier_stays_on_device(const at::Tensor& total) const {
+  const OptimizerType type = config_.optimizer.type;
+  if (param_dtype_ == at::kHalf || device_offload() || type == OptimizerType::kLamb ||
+      type == OptimizerType::kMuon) {
+    return false;
+  }
+  return !total.device().is_cpu() || multiplier_on_tensors_;
 }
 
 double EngineCore::gradient_divisor() const {
@@ -616,32 +646,43 @@ void EngineCore::scale_before_reduction(const at::Tensor& gradients) const {
 // Note [Gradient scaling].
 void EngineCore::boundary_step() {
   quiesce();
-  // On the gradients' device; the step's one read back to the host is its global sum.
+  // On the gradients' device. Read back to the host (the step's one read) only where the host
+  // needs it: Note [A step without a device read].
   at::Tensor total = local_sum_of_squares();
   CollectiveOptions labelled;
   labelled.label = "the step's gradient norm";  // Note [Collective signatures]
   counted(comm_->all_reduce(total, ReduceOp::kSum, labelled))->wait();
-  const double sum_squares = total.item<double>();
-  const double divisor = gradient_divisor();
-  global_grad_norm_ = std::sqrt(sum_squares) / divisor;
-
-  const bool overflow = param_dtype_ == at::kHalf && !std::isfinite(sum_squares);
-  scaler_.update(overflow);
-  if (overflow) {
-    ++skipped_steps_;
-    zero_gradients();
-    ++micro_steps_;
-    return;
+  const bool read_on_host = !multiplier_stays_on_device(total);
+  if (read_on_host) total = total.cpu();
+  // fp64 tensor operations, on the host or the device alike. Divisions by tensors: ATen
+  // multiplies by the reciprocal of a scalar divisor on a GPU, a bit away from a division.
+  const auto constant = [&](double value) { return at::full_like(total, value); };
+  const at::Tensor divisor = constant(gradient_divisor());
+  grad_norm_ = total.sqrt().div_(divisor);
+  if (read_on_host) {
+    const bool overflow = param_dtype_ == at::kHalf && !std::isfinite(total.item<double>());
+    scaler_.update(overflow);
+    if (overflow) {
+      ++skipped_steps_;
+      zero_gradients();
+      ++micro_steps_;
+      return;
+    }
+  } else {
+    scaler_.update(/*overflow=*/false);  // only fp16 checks for one, and it reads
   }
-  double clip = 1.0;
+  // clip = gradient_clipping / (norm + 1e-6) where that is below 1, else 1.
+  at::Tensor clip = constant(1.0);
   if (config_.gradient_clipping > 0) {
-    const double coefficient = config_.gradient_clipping / (global_grad_norm_ + 1e-6);
-    if (coefficient < 1.0) clip = coefficient;
+    const at::Tensor coefficient =
+        constant(config_.gradient_clipping).div_(grad_norm_.add(1e-6));
+    clip = at::where(coefficient.lt(1.0), coefficient, clip);
   }
+  const GradMultiplier multiplier(clip.div_(divisor));
   // The scheduler advances with applied steps only: a skipped (overflowing) step keeps its rate,
   // as DeepSpeed's engine does.
   if (scheduler_) lr_ = scheduler_->lr_at(global_steps_);
-  apply_update(clip / divisor);
+  apply_update(multiplier);
   zero_gradients();
   ++global_steps_;
   ++micro_steps_;

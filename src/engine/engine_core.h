@@ -57,7 +57,12 @@ class EngineCore : public Engine, public CheckpointSubject {
     return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
   }
   double loss_scale() const final { return scaler_.scale(); }
-  double global_grad_norm() const final { return global_grad_norm_; }
+  /// A read from the device where the step kept the norm there (Note [A step without a
+  /// device read]); -1 before the first step.
+  double global_grad_norm() const final;
+  /// Tests: the step's multiplier as tensors on CPU ranks too (the GPU's path, where it
+  /// applies, bitwise the host's; Note [A step without a device read]).
+  void set_multiplier_on_tensors(bool on) { multiplier_on_tensors_ = on; }
   int64_t global_steps() const final { return global_steps_; }
   int64_t skipped_steps() const final { return skipped_steps_; }
   int64_t micro_steps() const final { return micro_steps_; }
@@ -126,7 +131,10 @@ class EngineCore : public Engine, public CheckpointSubject {
   virtual at::Tensor local_sum_of_squares() = 0;
   /// Applies the optimizer with gradients multiplied by `grad_multiplier` at learning rate
   /// lr_, then makes the parameters every rank needs whole again.
-  virtual void apply_update(double grad_multiplier) = 0;
+  virtual void apply_update(const GradMultiplier& grad_multiplier) = 0;
+  /// Whether this step's multiplier stays on the gradients' device (Note [A step without a
+  /// device read]); `total` is the global sum of squares.
+  bool multiplier_stays_on_device(const at::Tensor& total) const;
   virtual void zero_gradients() = 0;
   /// After a load committed the shard state: round the parameters from the master weights and
   /// make whole again what must be whole (collective).
@@ -172,7 +180,8 @@ class EngineCore : public Engine, public CheckpointSubject {
   /// The optimizer step of the shard state (ShardState::step). Offloaded to NVMe it is a disk
   /// pass that can fail on one rank (a swap file changed under the run): then every rank throws
   /// (Note [Agreeing on a failure]), at the cost of one small collective per step.
-  void step_shard_state(double grad_multiplier, const at::Tensor& lent = at::Tensor());
+  void step_shard_state(const GradMultiplier& grad_multiplier,
+                        const at::Tensor& lent = at::Tensor());
   /// Waits for in-flight collectives and detaches the hooks. Every subclass destructor calls
   /// it first, while the buffers the submitted tasks use still exist. Never throws.
   void shutdown() noexcept;
@@ -268,7 +277,10 @@ class EngineCore : public Engine, public CheckpointSubject {
   BoundaryRecord window_;  // what the monitor gets at the next boundary
   mutable std::mutex stats_mutex_;
   CommStats engine_stats_;
-  double global_grad_norm_ = -1.0;
+  // The last step's global norm (fp64, one element), where the step computed it: the host
+  // unless it stayed on the device. Undefined before the first step.
+  at::Tensor grad_norm_;
+  bool multiplier_on_tensors_ = false;
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t micro_steps_ = 0;

@@ -71,7 +71,7 @@ class FlatEngine final : public EngineCore, public ParameterAccess {
   void finish_backward() override;
   void abandon_backward() override {}
   at::Tensor local_sum_of_squares() override;
-  void apply_update(double grad_multiplier) override;
+  void apply_update(const GradMultiplier& grad_multiplier) override;
   void zero_gradients() override;
   void reload_parameters() override;
 
@@ -345,7 +345,7 @@ at::Tensor FlatEngine::local_sum_of_squares() {
   return sum_of_squares(owned_gradient().narrow(0, 0, valid.size()));
 }
 
-void FlatEngine::apply_update(double grad_multiplier) {
+void FlatEngine::apply_update(const GradMultiplier& grad_multiplier) {
   // Stage 0 updates the whole buffer on every rank, from the all-reduced gradients; stage 1
   // lends the owned range of the gradient buffer; stage 2's state owns its gradient shard.
   const at::Tensor lent = !policy_.updates_owned_shard              ? grads_flat_

@@ -167,7 +167,7 @@ class Stage3Engine final : public EngineCore, public UnitRuntime, public Paramet
   void finish_backward() override;
   void abandon_backward() override;
   at::Tensor local_sum_of_squares() override;
-  void apply_update(double grad_multiplier) override;
+  void apply_update(const GradMultiplier& grad_multiplier) override;
   void zero_gradients() override;
   void reload_parameters() override;
   void quiesce() override;
@@ -1023,7 +1023,7 @@ at::Tensor Stage3Engine::local_sum_of_squares() {
   return sum_of_squares(state_->gradient());
 }
 
-void Stage3Engine::apply_update(double grad_multiplier) {
+void Stage3Engine::apply_update(const GradMultiplier& grad_multiplier) {
   step_shard_state(grad_multiplier);
   invalidate_secondaries();  // the shards changed (Note [ZeRO++])
   gather_persistent();

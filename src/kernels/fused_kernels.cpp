@@ -9,6 +9,7 @@
 
 #include "common/parallel.h"
 #include "common/simd_ops.h"
+#include "kernels/fused_formulas.h"
 #include "zero/error.h"
 
 namespace zero::kernels {
@@ -16,17 +17,15 @@ namespace {
 
 // Rows per unit of parallel work; the column sums keep one fp32 partial per block.
 constexpr int64_t kRowsPerBlock = 32;
-// tanh-GELU as v sigmoid(k v (1 + a v^2)): k = 2 sqrt(2 / pi), a = 0.044715 (HF's "gelu_new").
-constexpr float kGeluK = 1.5957691216057308f;
-constexpr float kGeluA = 0.044715f;
+// The vector loops' constants (fused_kernels_simd.h): the formulas' own.
+constexpr float kGeluK = formula::kGeluK;
+constexpr float kGeluA = formula::kGeluA;
 
 // The scalar forms. The vector loops (fused_kernels_simd.h) repeat them operation for
 // operation and call them for each row's last width % lanes elements.
 
 inline float gelu_sigmoid(float v) {
-  const float v2 = v * v;
-  const float inner = v * (1.0f + kGeluA * v2);
-  const float e = simd::exp_reference(-kGeluK * inner);
+  const float e = simd::exp_reference(formula::gelu_exponent(v));
   return 1.0f / (1.0f + e);
 }
 
@@ -43,12 +42,8 @@ void bias_gelu_backward_tail(const T* grad_out, const T* u, const T* bias, T* gr
                              float* grad_bias_partial, int64_t j, int64_t width) {
   for (; j < width; ++j) {
     const float v = static_cast<float>(u[j]) + static_cast<float>(bias[j]);
-    const float s = gelu_sigmoid(v);
-    const float v2 = v * v;
-    const float slope = kGeluK * (1.0f + (3.0f * kGeluA) * v2);
-    const float ds = (s * (1.0f - s)) * slope;
-    const float derivative = s + v * ds;
-    const float g = static_cast<float>(grad_out[j]) * derivative;
+    const float g =
+        static_cast<float>(grad_out[j]) * formula::gelu_derivative(v, gelu_sigmoid(v));
     grad_u[j] = static_cast<T>(g);
     grad_bias_partial[j] = grad_bias_partial[j] + g;
   }
@@ -87,7 +82,7 @@ void layer_norm_input_grad_tail(const T* grad_y, const T* grad_h, const T* h, co
   for (; j < width; ++j) {
     const float xhat = (static_cast<float>(h[j]) - mean) * rstd;
     const float dyw = static_cast<float>(grad_y[j]) * static_cast<float>(weight[j]);
-    float dx = rstd * ((dyw - mean_dyw) - xhat * mean_dyw_xhat);
+    float dx = formula::norm_input_grad(dyw, xhat, rstd, mean_dyw, mean_dyw_xhat);
     if (grad_h != nullptr) dx = dx + static_cast<float>(grad_h[j]);
     grad_input[j] = static_cast<T>(dx);
   }

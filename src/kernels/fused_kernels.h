@@ -36,7 +36,9 @@
 // The backward computes in fp32 from x̂ unrounded (the rounding's derivative is taken as 1,
 // as autograd takes that of a cast).
 // Selected at run time: ZERO_FUSED_KERNELS=0 (src/common/env.h) or set_enabled(false) gives
-// ATen's composition back (zero::kernels::fused_ops.h decides per call).
+// ATen's composition back (zero::kernels::fused_ops.h decides per call). On a GPU the same
+// operations run as CUDA kernels (Note [Fused element-wise kernels on a GPU],
+// src/cuda/kernels/fused_kernels.cu) with the same formulas (kernels/fused_formulas.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,7 +1,8 @@
 // The fused kernels of a transformer block as differentiable operations (Note [Fused
 // element-wise kernels], kernels/fused_kernels.h), for the models: each takes the fused kernel
-// where it applies (enabled(), CPU tensors of one dtype among fp32/bf16/fp16) and ATen's
-// composition of the same operations elsewhere (a GPU, another dtype, or fusion turned off).
+// where it applies (enabled(), tensors of one dtype among fp32/bf16/fp16 on the CPU, or on a
+// GPU whose kernels libzero_cuda provides: kernels/device_kernels.h) and ATen's composition of
+// the same operations elsewhere (another device or dtype, or fusion turned off).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,10 +18,15 @@ ZERO_INTERNAL_API bool enabled();
 /// For tests and benchmarks: every later call fuses or composes.
 ZERO_INTERNAL_API void set_enabled(bool on);
 
-/// Whether an operation on `input` with `parameter` fuses: enabled() and both CPU tensors of
-/// one dtype among fp32/bf16/fp16, contiguous. Models take ATen's own (unfused) form of the
-/// whole computation where not, as they did before the kernels existed.
+/// Whether an operation on `input` with `parameter` fuses: enabled() and both contiguous
+/// tensors of one dtype among fp32/bf16/fp16 on one device that has the kernels. Models take
+/// ATen's own (unfused) form of the whole computation where not, as they did before the
+/// kernels existed.
 ZERO_INTERNAL_API bool fuses(const at::Tensor& input, const at::Tensor& parameter);
+
+/// Whether a model's norms and activations fuse on the host (on_host) or on its GPU: for
+/// memory plans, which count what the fused and the composed forms keep.
+ZERO_INTERNAL_API bool fuses_where(bool on_host);
 
 /// gelu(u + bias) in its tanh form (HF's "gelu_new"): u [..., F], bias [F].
 ZERO_INTERNAL_API at::Tensor bias_gelu(const at::Tensor& u, const at::Tensor& bias);

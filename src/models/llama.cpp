@@ -495,7 +495,8 @@ void LlamaConfig::warm_up_host_gemms(int64_t micro_batch, int64_t seq,
 // width), read off the forward above:
 //   - per layer (4H + 3Q + 2K + 4I elements per token): its input and the residual sum (H
 //     each, the two RMSNorms' inputs) and each RMSNorm's output (H) and fp32 rstd where the
-//     norms are fused on the host; composed by ATen (a GPU, or ZERO_FUSED_KERNELS=0) each
+//     norms are fused (the host's kernels, or a GPU's from libzero_cuda); composed by ATen
+//     (no kernels for the device, or ZERO_FUSED_KERNELS=0) each
 //     keeps its normalised value too (6H), and in 16 bits its input's fp32 copy (4H bytes); v
 //     as projected (K), q
 //     and k rotated (Q + K; the rotation keeps neither input, Rotary), the attention output and
@@ -556,7 +557,7 @@ PlanModel LlamaConfig::plan_model(int64_t micro_batch, int64_t seq, c10::ScalarT
   // Per token, in elements of the compute dtype and fp32 bytes. A fused RMSNorm (Note [Fused
   // element-wise kernels]) keeps its input and fp32 rstd; ATen's composition keeps its
   // normalised value and rsqrt, and in 16 bits its input's fp32 copy (4H bytes) besides.
-  const bool fused_norms = on_host && fused::enabled();
+  const bool fused_norms = fused::fuses_where(on_host);
   const int64_t norm_fp32_bytes = 4 + (fused_norms || e == 4 ? 0 : 4 * H);
   const int64_t layer_elements = (fused_norms ? 4 : 6) * H + 3 * Q + 2 * K + 4 * I;
   const int64_t layer_fp32_bytes = 2 * norm_fp32_bytes + num_attention_heads * 4 +

@@ -10,13 +10,19 @@ namespace zero {
 
 void fused_device_update(const OptimizerConfig& config, int64_t step, const at::Tensor& master,
                          const at::Tensor& grad, const at::Tensor& param_out,
-                         const std::vector<at::Tensor>& moments, double grad_multiplier,
-                         double lr) {
+                         const std::vector<at::Tensor>& moments,
+                         const GradMultiplier& grad_multiplier, double lr) {
   ZERO_INTERNAL_ASSERT(step > 0, "update before begin_step");
   // The gradient actually used, fp32: a fresh tensor, so the caller's is never modified (an
-  // fp32 gradient's to(kFloat) would be the caller's own).
-  const at::Tensor g = grad.scalar_type() == at::kFloat ? grad.mul(grad_multiplier)
-                                                        : grad.to(at::kFloat).mul_(grad_multiplier);
+  // fp32 gradient's to(kFloat) would be the caller's own). The step's multiplier tensor, as
+  // a 0-d fp32 one, is not read on the host (on the device, or a host copy alike: a 0-d CPU
+  // tensor is a scalar to a device's kernels); the product rounds as the plain value's (a
+  // double ATen casts to fp32).
+  const at::Tensor g =
+      grad_multiplier.is_tensor()
+          ? grad.to(at::kFloat).mul(grad_multiplier.factor())
+          : (grad.scalar_type() == at::kFloat ? grad.mul(grad_multiplier.value())
+                                              : grad.to(at::kFloat).mul_(grad_multiplier.value()));
   if (config.type == OptimizerType::kSGD) {
     std::vector<at::Tensor> buffers(moments.begin(), moments.end());
     at::_fused_sgd_({master}, {g}, buffers, config.weight_decay, config.momentum, lr,

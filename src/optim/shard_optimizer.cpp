@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "common/parallel.h"
 #include "common/simd_level.h"
@@ -136,9 +137,22 @@ std::vector<std::string> ShardOptimizer::moment_names() const {
   return optimizer_state_names(config_);
 }
 
+GradMultiplier::GradMultiplier(at::Tensor computed) : computed_(std::move(computed)) {
+  ZERO_INTERNAL_ASSERT(computed_.defined() && computed_.numel() == 1 &&
+                           computed_.scalar_type() == at::kDouble,
+                       "a gradient multiplier is one fp64 element");
+}
+
+double GradMultiplier::value() const { return is_tensor() ? computed_.item<double>() : host_; }
+
+at::Tensor GradMultiplier::factor() const {
+  ZERO_INTERNAL_ASSERT(is_tensor(), "factor() of a plain multiplier");
+  return computed_.reshape({}).to(at::kFloat);
+}
+
 void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
                             const at::Tensor& param_out, const std::vector<at::Tensor>& moments,
-                            double grad_multiplier, double lr) {
+                            const GradMultiplier& multiplier, double lr) {
   const int64_t numel = master.numel();
   auto check = [&](const at::Tensor& t, const char* what) {
     ZERO_INTERNAL_ASSERT(t.is_contiguous() && t.numel() == numel, what,
@@ -158,10 +172,10 @@ void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,
   ZERO_INTERNAL_ASSERT(config_.type != OptimizerType::kLamb,
                        "LAMB steps through ShardState (its norms need every rank)");
   if (!master.device().is_cpu()) {
-    fused_device_update(config_, step_count_, master, grad, param_out, moments, grad_multiplier,
-                        lr);
+    fused_device_update(config_, step_count_, master, grad, param_out, moments, multiplier, lr);
     return;
   }
+  const double grad_multiplier = multiplier.value();
   float* master_ptr = master.data_ptr<float>();
 
   if (config_.type == OptimizerType::kSGD) {

@@ -125,19 +125,19 @@ int64_t ShardState::moment_bytes() const {
   return static_cast<int64_t>(optimizer_.moment_names().size()) * numel() * 4;
 }
 
-void ShardState::step(double grad_multiplier, double lr, const at::Tensor& lent,
+void ShardState::step(const GradMultiplier& grad_multiplier, double lr, const at::Tensor& lent,
                       const StepCollectives* exchange) {
   const at::Tensor& grad = lent.defined() ? lent : gradient_;
   ZERO_INTERNAL_ASSERT(grad.defined() && grad.numel() == numel(),
                        "optimizer step without a gradient over the shard space");
   if (optimizer_.config().type == OptimizerType::kLamb) {
     ZERO_INTERNAL_ASSERT(exchange != nullptr, "a LAMB step without its exchange");
-    step_lamb(grad_multiplier, lr, grad, *exchange);
+    step_lamb(grad_multiplier.value(), lr, grad, *exchange);
     return;
   }
   if (optimizer_.config().type == OptimizerType::kMuon) {
     ZERO_INTERNAL_ASSERT(exchange != nullptr, "a Muon step without its exchange");
-    step_muon(grad_multiplier, lr, grad, *exchange);
+    step_muon(grad_multiplier.value(), lr, grad, *exchange);
     return;
   }
   const bool fp32 = !master_in_store();

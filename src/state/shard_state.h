@@ -128,7 +128,7 @@ class ShardState {
   /// weights, the moments and, for 16-bit parameters, the rounded parameter copy.
   /// LAMB and Muon need `exchange` (collectives: every rank calls step together); other
   /// optimizers ignore it.
-  void step(double grad_multiplier, double lr, const at::Tensor& lent = at::Tensor(),
+  void step(const GradMultiplier& grad_multiplier, double lr, const at::Tensor& lent = at::Tensor(),
             const StepCollectives* exchange = nullptr);
 
   /// One step in parts, each element once (the overlapped step of Note [Offload of a device
