@@ -106,15 +106,20 @@ StepRecord train_step(const Inputs& in, const Planned& p, Trainee& t, int64_t st
   const int64_t skipped_before = t.engine->skipped_steps();
   const CommStats before = t.engine->communication();
   const int gas = static_cast<int>(config.gradient_accumulation_steps);
-  double loss_sum = 0;
+  // The micro-batches' losses summed where they are (fp64, in micro-batch order) and read once,
+  // after the step's work is launched: a read between a forward and its backward would stop
+  // the host until a GPU had finished the forward (Note [A step without a device read]).
+  at::Tensor loss_total;
   for (int micro = 0; micro < gas; ++micro) {
     auto [x, y] = in.sampler->batch(step, micro);
     // The fused head and loss (Note [Fused LM-head cross-entropy]): no [B, T, vocab] logits.
     at::Tensor loss = t.model->forward_loss(x.to(p.device), y.to(p.device));
-    loss_sum += loss.item<double>();
     t.engine->backward(loss);
     t.engine->step();
+    const at::Tensor value = loss.detach().to(at::kDouble);
+    loss_total = loss_total.defined() ? loss_total + value : value;
   }
+  const double loss_sum = loss_total.item<double>();
   const CommStats after = t.engine->communication();
   // ZeRO++'s qgZ exchanges the gradients across nodes by all_to_all: the reduce-scatter's.
   trained.reduce_scatter_bytes += after.reduce_scatter.bytes - before.reduce_scatter.bytes +
