@@ -80,6 +80,14 @@ at::Tensor random(std::vector<int64_t> shape, uint64_t seed, at::ScalarType dtyp
   return at::randn(shape, generator).to(dtype);
 }
 
+// random() on this process's GPU; a leaf that requires grad.
+at::Tensor on_gpu(std::vector<int64_t> shape, uint64_t seed, at::ScalarType dtype) {
+  return random(std::move(shape), seed, dtype).to(gpu());
+}
+at::Tensor leaf_on_gpu(std::vector<int64_t> shape, uint64_t seed, at::ScalarType dtype) {
+  return on_gpu(std::move(shape), seed, dtype).requires_grad_(true);
+}
+
 const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kBFloat16, at::kHalf};
 // {rows, width}: under a warp wide, not a multiple of 32, GPT-2's width, a partial's edge, the
 // partials' cap (40000 rows: 40 per partial, 1000 partials), wider than 4096.
@@ -200,13 +208,11 @@ TEST(CudaKernels, BiasGeluMatchesTheCpuKernels) {
 
 TEST(CudaKernels, TheSameBitsEveryRun) {
   ZERO_REQUIRE_CUDA();
-  const at::Device device = gpu();
   const int64_t rows = 5000, width = 768;
-  const auto on = [&](uint64_t seed, std::vector<int64_t> shape) {
-    return random(std::move(shape), seed, at::kBFloat16).to(device);
-  };
-  const at::Tensor x = on(31, {rows, width}), a = on(32, {rows, width}), w = on(33, {width});
-  const at::Tensor b = on(34, {width}), gy = on(35, {rows, width});
+  const at::ScalarType bf16 = at::kBFloat16;
+  const at::Tensor x = on_gpu({rows, width}, 31, bf16), a = on_gpu({rows, width}, 32, bf16);
+  const at::Tensor w = on_gpu({width}, 33, bf16), b = on_gpu({width}, 34, bf16);
+  const at::Tensor gy = on_gpu({rows, width}, 35, bf16);
   std::vector<at::Tensor> first;
   for (int run = 0; run < 3; ++run) {
     const kernels::ResidualNorm n = table().residual_norm(x, a, w, b, 1e-5, false);
@@ -230,17 +236,14 @@ TEST(CudaKernels, TheSameBitsEveryRun) {
 // reach every input.
 TEST(CudaKernels, AutogradOnTheGpuMatchesAtensComposition) {
   ZERO_REQUIRE_CUDA();
-  const at::Device device = gpu();
   for (const at::ScalarType dtype : kDtypes) {
     SCOPED_TRACE(c10::toString(dtype));
-    const auto leaf = [&](uint64_t seed, std::vector<int64_t> shape) {
-      return random(std::move(shape), seed, dtype).to(device).requires_grad_(true);
-    };
     const int64_t rows = 300, width = 96;
-    const at::Tensor x = leaf(41, {rows, width}), a = leaf(42, {rows, width});
-    const at::Tensor w = leaf(43, {width}), b = leaf(44, {width}), u = leaf(45, {rows, width});
-    const at::Tensor gy = random({rows, width}, 46, dtype).to(device);
-    const at::Tensor gh = random({rows, width}, 47, dtype).to(device);
+    const at::Tensor x = leaf_on_gpu({rows, width}, 41, dtype);
+    const at::Tensor a = leaf_on_gpu({rows, width}, 42, dtype);
+    const at::Tensor w = leaf_on_gpu({width}, 43, dtype), b = leaf_on_gpu({width}, 44, dtype);
+    const at::Tensor u = leaf_on_gpu({rows, width}, 45, dtype);
+    const at::Tensor gy = on_gpu({rows, width}, 46, dtype), gh = on_gpu({rows, width}, 47, dtype);
     std::vector<std::vector<at::Tensor>> results;
     for (const bool fused : {true, false}) {
       fused::set_enabled(fused);
@@ -266,18 +269,14 @@ TEST(CudaKernels, AutogradOnTheGpuMatchesAtensComposition) {
 // autograd on the GPU against ATen's composition there (HF's LlamaRMSNorm, rounding twice).
 TEST(CudaKernels, RmsNormAutogradOnTheGpuMatchesAtensComposition) {
   ZERO_REQUIRE_CUDA();
-  const at::Device device = gpu();
   for (const at::ScalarType dtype : kDtypes) {
     SCOPED_TRACE(c10::toString(dtype));
-    const auto leaf = [&](uint64_t seed, std::vector<int64_t> shape) {
-      return random(std::move(shape), seed, dtype).to(device).requires_grad_(true);
-    };
     const int64_t rows = 300, width = 96;
-    const at::Tensor x = leaf(61, {rows, width}), a = leaf(62, {rows, width});
-    const at::Tensor w1 = leaf(63, {width}), w2 = leaf(64, {width});
-    const at::Tensor g1 = random({rows, width}, 65, dtype).to(device);
-    const at::Tensor g2 = random({rows, width}, 66, dtype).to(device);
-    const at::Tensor gh = random({rows, width}, 67, dtype).to(device);
+    const at::Tensor x = leaf_on_gpu({rows, width}, 61, dtype);
+    const at::Tensor a = leaf_on_gpu({rows, width}, 62, dtype);
+    const at::Tensor w1 = leaf_on_gpu({width}, 63, dtype), w2 = leaf_on_gpu({width}, 64, dtype);
+    const at::Tensor g1 = on_gpu({rows, width}, 65, dtype), g2 = on_gpu({rows, width}, 66, dtype);
+    const at::Tensor gh = on_gpu({rows, width}, 67, dtype);
     std::vector<std::vector<at::Tensor>> results;
     for (const bool fused : {true, false}) {
       fused::set_enabled(fused);
@@ -316,9 +315,9 @@ TEST(CudaKernels, RunOnTheCurrentStream) {
   ZERO_REQUIRE_CUDA();
   const at::Device device = gpu();
   const int64_t rows = 2000, width = 768;
-  const at::Tensor x = random({rows, width}, 71, at::kBFloat16).to(device);
-  const at::Tensor a = random({rows, width}, 72, at::kBFloat16).to(device);
-  const at::Tensor w = random({width}, 73, at::kBFloat16).to(device);
+  const at::Tensor x = on_gpu({rows, width}, 71, at::kBFloat16);
+  const at::Tensor a = on_gpu({rows, width}, 72, at::kBFloat16);
+  const at::Tensor w = on_gpu({width}, 73, at::kBFloat16);
   const auto run = [&] {
     const kernels::ResidualNorm n = table().residual_norm(x, a, w, w, 1e-5, false);
     const kernels::ResidualNormGrads g =
@@ -344,7 +343,7 @@ TEST(CudaKernels, RunOnTheCurrentStream) {
 TEST(CudaKernels, AttentionTakesAFusedBackendWithoutLayoutCopies) {
   ZERO_REQUIRE_CUDA();
   const int64_t B = 4, T = 1024, H = 12, D = 64, C = H * D;
-  const at::Tensor qkv = random({B, T, 3 * C}, 51, at::kBFloat16).to(gpu());
+  const at::Tensor qkv = on_gpu({B, T, 3 * C}, 51, at::kBFloat16);
   std::vector<at::Tensor> heads = qkv.split(C, /*dim=*/2);
   for (at::Tensor& h : heads) h = h.view({B, T, H, D}).transpose(1, 2);
   const int64_t backend = at::_fused_sdp_choice(heads[0], heads[1], heads[2], std::nullopt,
