@@ -20,6 +20,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -231,6 +232,23 @@ TEST(CudaKernels, TheSameBitsEveryRun) {
   }
 }
 
+// `pass` (forward and backward of the models' calls, returning the outputs to compare) run
+// fused and then composed, each from cleared gradients: {fused, composed}, each the outputs
+// followed by the leaves' gradients. Fusion is left on.
+std::vector<std::vector<at::Tensor>> fused_and_composed(
+    const std::vector<at::Tensor>& leaves, const std::function<std::vector<at::Tensor>()>& pass) {
+  std::vector<std::vector<at::Tensor>> results;
+  for (const bool fused : {true, false}) {
+    fused::set_enabled(fused);
+    EXPECT_EQ(fused::fuses(leaves[0], leaves[0]), fused);
+    for (const at::Tensor& t : leaves) t.mutable_grad() = at::Tensor();
+    results.push_back(pass());
+    for (const at::Tensor& t : leaves) results.back().push_back(t.grad());
+  }
+  fused::set_enabled(true);
+  return results;
+}
+
 // The models' calls (kernels/fused_ops.h) on GPU tensors through autograd, fused against ATen's
 // composition on the same GPU: the fused path is taken (the table is there) and its gradients
 // reach every input.
@@ -244,19 +262,13 @@ TEST(CudaKernels, AutogradOnTheGpuMatchesAtensComposition) {
     const at::Tensor w = leaf_on_gpu({width}, 43, dtype), b = leaf_on_gpu({width}, 44, dtype);
     const at::Tensor u = leaf_on_gpu({rows, width}, 45, dtype);
     const at::Tensor gy = on_gpu({rows, width}, 46, dtype), gh = on_gpu({rows, width}, 47, dtype);
-    std::vector<std::vector<at::Tensor>> results;
-    for (const bool fused : {true, false}) {
-      fused::set_enabled(fused);
-      EXPECT_EQ(fused::fuses(x, w), fused);
-      for (const at::Tensor& t : {x, a, w, b, u}) t.mutable_grad() = at::Tensor();
+    const auto results = fused_and_composed({x, a, u, w, b}, [&] {
       const auto [h, y] = fused::residual_layer_norm(x, a, w, b, 1e-5);
       const at::Tensor g = fused::bias_gelu(u, b);
       torch::autograd::backward({h, y, g}, {gh, gy, gy});
-      results.push_back({h.detach(), y.detach(), g.detach(), x.grad(), a.grad(), w.grad(),
-                         b.grad(), u.grad()});
-    }
-    fused::set_enabled(true);
-    const char* names[] = {"h", "y", "gelu", "dx", "da", "dw", "db", "du"};
+      return std::vector<at::Tensor>{h.detach(), y.detach(), g.detach()};
+    });
+    const char* names[] = {"h", "y", "gelu", "dx", "da", "du", "dw", "db"};
     for (size_t i = 0; i < results[0].size(); ++i) {
       // ATen rounds u + b to the dtype before GELU (the fused kernel does not): a few roundings.
       expect_close(results[0][i], results[1][i].cpu(), names[i], i >= 5 ? 4.0 : 3.0,
@@ -277,17 +289,12 @@ TEST(CudaKernels, RmsNormAutogradOnTheGpuMatchesAtensComposition) {
     const at::Tensor w1 = leaf_on_gpu({width}, 63, dtype), w2 = leaf_on_gpu({width}, 64, dtype);
     const at::Tensor g1 = on_gpu({rows, width}, 65, dtype), g2 = on_gpu({rows, width}, 66, dtype);
     const at::Tensor gh = on_gpu({rows, width}, 67, dtype);
-    std::vector<std::vector<at::Tensor>> results;
-    for (const bool fused : {true, false}) {
-      fused::set_enabled(fused);
-      for (const at::Tensor& t : {x, a, w1, w2}) t.mutable_grad() = at::Tensor();
+    const auto results = fused_and_composed({x, a, w1, w2}, [&] {
       const at::Tensor first = fused::rms_norm(x, w1, 1e-6);
       const auto [h, second] = fused::residual_rms_norm(x, a, w2, 1e-6);
       torch::autograd::backward({first, h, second}, {g1, gh, g2});
-      results.push_back({first.detach(), h.detach(), second.detach(), x.grad(), a.grad(),
-                         w1.grad(), w2.grad()});
-    }
-    fused::set_enabled(true);
+      return std::vector<at::Tensor>{first.detach(), h.detach(), second.detach()};
+    });
     const char* names[] = {"rms_norm(x)", "h", "rms_norm(h)", "dx", "da", "dw1", "dw2"};
     for (size_t i = 0; i < results[0].size(); ++i) {
       expect_close(results[0][i], results[1][i].cpu(), names[i], 3.0, i >= 5 ? rows : 0);

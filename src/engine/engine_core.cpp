@@ -678,7 +678,10 @@ void EngineCore::boundary_step() {
         constant(config_.gradient_clipping).div_(grad_norm_.add(1e-6));
     clip = at::where(coefficient.lt(1.0), coefficient, clip);
   }
-  const GradMultiplier multiplier(clip.div_(divisor));
+  // Read on the host: a plain value, read once here rather than by every tile of the step.
+  const at::Tensor scaled = clip.div_(divisor);
+  const GradMultiplier multiplier =
+      read_on_host ? GradMultiplier(scaled.item<double>()) : GradMultiplier(scaled);
   // The scheduler advances with applied steps only: a skipped (overflowing) step keeps its rate,
   // as DeepSpeed's engine does.
   if (scheduler_) lr_ = scheduler_->lr_at(global_steps_);

@@ -18,11 +18,11 @@ namespace zero {
 /// param_out undefined or 16-bit, receives the rounded master; moments fp32 in
 /// moment_names() order), through ATen's fused multi-tensor kernels on the tensors' device:
 /// _fused_adamw_ / _fused_adam_ / _fused_sgd_, each one launch, with the learning rate and
-/// step on the host. A 16-bit gradient is widened into an fp32 copy
-/// first (the fused kernels take one dtype). Adam without bias correction, which the fused
-/// kernels do not offer, runs as a few ATen ops. Matches torch::optim to rounding, not
-/// bitwise: the kernels fuse multiply-adds where the CPU loop does not. Any device ATen has
-/// these kernels for (CUDA; the CPU too, which is how tests/test_optimizer.cpp checks it).
+/// step on the host. A 16-bit gradient is widened into an fp32 copy first (the fused kernels
+/// take one dtype). Adam without bias correction, which the fused kernels do not offer, runs
+/// as a few ATen ops. Matches torch::optim to rounding, not bitwise: the kernels fuse
+/// multiply-adds where the CPU loop does not. Any device ATen has these kernels for (CUDA; the
+/// CPU too, which is how tests/test_optimizer.cpp checks it).
 void fused_device_update(const OptimizerConfig& config, int64_t step, const at::Tensor& master,
                          const at::Tensor& grad, const at::Tensor& param_out,
                          const std::vector<at::Tensor>& moments,

@@ -141,13 +141,14 @@ GradMultiplier::GradMultiplier(at::Tensor computed) : computed_(std::move(comput
   ZERO_INTERNAL_ASSERT(computed_.defined() && computed_.numel() == 1 &&
                            computed_.scalar_type() == at::kDouble,
                        "a gradient multiplier is one fp64 element");
+  factor_ = computed_.reshape({}).to(at::kFloat);
 }
 
 double GradMultiplier::value() const { return is_tensor() ? computed_.item<double>() : host_; }
 
-at::Tensor GradMultiplier::factor() const {
+const at::Tensor& GradMultiplier::factor() const {
   ZERO_INTERNAL_ASSERT(is_tensor(), "factor() of a plain multiplier");
-  return computed_.reshape({}).to(at::kFloat);
+  return factor_;
 }
 
 void ShardOptimizer::update(const at::Tensor& master, const at::Tensor& grad,

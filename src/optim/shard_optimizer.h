@@ -28,12 +28,14 @@ class GradMultiplier {
   /// The value on the host: a read from the device where the tensor lives there (the paths
   /// that need it, the CPU loops, LAMB's and Muon's steps, never run with it on a GPU).
   double value() const;
-  /// The tensor as a 0-d fp32 one where it lives, as a kernel multiplies by a double.
-  at::Tensor factor() const;
+  /// The tensor as a 0-d fp32 one where it lives, as a kernel multiplies by a double (made
+  /// once: every tile of the step multiplies by it).
+  const at::Tensor& factor() const;
 
  private:
   double host_ = 1.0;
   at::Tensor computed_;  // fp64, one element; undefined for a plain value
+  at::Tensor factor_;    // computed_ as a 0-d fp32 tensor
 };
 
 class ShardOptimizer {
